@@ -1,0 +1,78 @@
+//! The emulator's error type, rendered in Cosmos DB's error shape `{"code","message"}`.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::headers;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PreconditionFailed(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("Request rate is large. More Request Units may be needed, so no changes were made. Please retry this request later.")]
+    TooManyRequests { retry_after: Duration },
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Unauthorized(_) => "Unauthorized",
+            ApiError::NotFound(_) => "NotFound",
+            ApiError::Conflict(_) => "Conflict",
+            ApiError::PreconditionFailed(_) => "PreconditionFailed",
+            ApiError::PayloadTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::Internal(_) => "InternalServerError",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        let body = serde_json::json!({ "code": self.code(), "message": self.to_string() });
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        let h = response.headers_mut();
+        h.insert(headers::REQUEST_CHARGE, HeaderValue::from_static("0"));
+        if let ApiError::TooManyRequests { retry_after } = &self {
+            h.insert(headers::SUBSTATUS, HeaderValue::from_static("3200"));
+            let ms = retry_after.as_millis().max(1).to_string();
+            if let Ok(v) = HeaderValue::from_str(&ms) {
+                h.insert(headers::RETRY_AFTER_MS, v);
+            }
+        }
+        response
+    }
+}

@@ -1,0 +1,636 @@
+//! Recursive-descent parser for the Cosmos SQL subset (see the crate README for the grammar).
+
+use super::lexer::{tokenize, Token};
+use super::SqlError;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Literal(serde_json::Value),
+    Undefined,
+    Param(String),
+    /// A property path rooted at the FROM alias: `c.a.b[0]` is `["a","b",0]`.
+    Path(Vec<PathStep>),
+    /// The FROM alias itself (`c` in `SELECT VALUE c`).
+    Root,
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    In {
+        needle: Box<Expr>,
+        list: Vec<Expr>,
+        negated: bool,
+    },
+    Between(Box<Expr>, Box<Expr>, Box<Expr>),
+    Call(Function, Vec<Expr>),
+    Aggregate(Aggregate, Box<Expr>),
+    Array(Vec<Expr>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathStep {
+    Field(String),
+    Index(Box<Expr>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnaryOp {
+    Not,
+    Neg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BinaryOp {
+    Or,
+    And,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Concat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Function {
+    IsDefined,
+    IsNull,
+    StartsWith,
+    Contains,
+    ArrayContains,
+    Lower,
+    Upper,
+    Length,
+    Abs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Aggregate {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Projection {
+    Star,
+    Value(Expr),
+    Fields(Vec<(String, Expr)>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    pub top: Option<u64>,
+    pub projection: Projection,
+    pub alias: String,
+    pub filter: Option<Expr>,
+}
+
+impl Query {
+    /// True when the projection computes aggregates (the result is one row per partition).
+    pub fn is_aggregate(&self) -> bool {
+        match &self.projection {
+            Projection::Star => false,
+            Projection::Value(expr) => matches!(expr, Expr::Aggregate(..)),
+            Projection::Fields(fields) => fields
+                .iter()
+                .any(|(_, expr)| matches!(expr, Expr::Aggregate(..))),
+        }
+    }
+}
+
+/// Parses one `SELECT` statement.
+pub fn parse(text: &str) -> Result<Query, SqlError> {
+    let tokens = tokenize(text)?;
+    let mut parser = Parser { tokens, pos: 0 };
+    let query = parser.query()?;
+    if let Some(token) = parser.peek() {
+        return Err(SqlError::new(format!(
+            "unexpected {} after the end of the query (ORDER BY, GROUP BY, JOIN, OFFSET/LIMIT are not supported by this emulator)",
+            describe(token)
+        )));
+    }
+    Ok(query)
+}
+
+/// Nesting limit that keeps hostile input from overflowing the stack.
+const MAX_DEPTH: usize = 64;
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+}
+
+fn describe(token: &Token) -> String {
+    match token {
+        Token::Ident(word) => format!("'{word}'"),
+        Token::Param(name) => format!("parameter '{name}'"),
+        Token::Str(_) => "string literal".to_owned(),
+        Token::Num(n) => format!("number {n}"),
+        Token::Symbol(s) => format!("'{s}'"),
+    }
+}
+
+fn is_keyword(token: Option<&Token>, keyword: &str) -> bool {
+    matches!(token, Some(Token::Ident(word)) if word.eq_ignore_ascii_case(keyword))
+}
+
+const RESERVED: [&str; 12] = [
+    "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "IN", "BETWEEN", "VALUE", "TOP", "AS", "ORDER",
+];
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn peek_at(&self, offset: usize) -> Option<&Token> {
+        self.tokens.get(self.pos + offset)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let token = self.tokens.get(self.pos).cloned();
+        self.pos += 1;
+        token
+    }
+
+    fn eat_keyword(&mut self, keyword: &str) -> bool {
+        if is_keyword(self.peek(), keyword) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_keyword(&mut self, keyword: &str) -> Result<(), SqlError> {
+        if self.eat_keyword(keyword) {
+            Ok(())
+        } else {
+            Err(self.unexpected(&format!("keyword {keyword}")))
+        }
+    }
+
+    fn eat_symbol(&mut self, symbol: &str) -> bool {
+        if matches!(self.peek(), Some(Token::Symbol(s)) if *s == symbol) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_symbol(&mut self, symbol: &str) -> Result<(), SqlError> {
+        if self.eat_symbol(symbol) {
+            Ok(())
+        } else {
+            Err(self.unexpected(&format!("'{symbol}'")))
+        }
+    }
+
+    fn unexpected(&self, wanted: &str) -> SqlError {
+        match self.peek() {
+            Some(token) => SqlError::new(format!("expected {wanted}, found {}", describe(token))),
+            None => SqlError::new(format!("expected {wanted}, found the end of the query")),
+        }
+    }
+
+    fn ident(&mut self) -> Result<String, SqlError> {
+        match self.peek() {
+            Some(Token::Ident(word))
+                if !RESERVED.iter().any(|r| word.eq_ignore_ascii_case(r)) =>
+            {
+                let word = word.clone();
+                self.pos += 1;
+                Ok(word)
+            }
+            _ => Err(self.unexpected("an identifier")),
+        }
+    }
+
+    fn query(&mut self) -> Result<Query, SqlError> {
+        self.expect_keyword("SELECT")?;
+        if is_keyword(self.peek(), "DISTINCT") {
+            return Err(SqlError::new(
+                "DISTINCT is not supported by this emulator",
+            ));
+        }
+        let top = if self.eat_keyword("TOP") {
+            match self.next() {
+                Some(Token::Num(n)) if n >= 0.0 && n.fract() == 0.0 && n <= u32::MAX as f64 => {
+                    Some(n as u64)
+                }
+                _ => return Err(SqlError::new("TOP needs a non-negative integer")),
+            }
+        } else {
+            None
+        };
+        let projection = if self.eat_symbol("*") {
+            Projection::Star
+        } else if self.eat_keyword("VALUE") {
+            Projection::Value(self.expr(0)?)
+        } else {
+            let mut fields = Vec::new();
+            loop {
+                let expr = self.expr(0)?;
+                let name = if self.eat_keyword("AS") {
+                    self.ident()?
+                } else if let Some(Token::Ident(word)) = self.peek() {
+                    if RESERVED.iter().any(|r| word.eq_ignore_ascii_case(r)) {
+                        default_name(&expr, fields.len())
+                    } else {
+                        self.ident()?
+                    }
+                } else {
+                    default_name(&expr, fields.len())
+                };
+                fields.push((name, expr));
+                if !self.eat_symbol(",") {
+                    break;
+                }
+            }
+            Projection::Fields(fields)
+        };
+        self.expect_keyword("FROM")?;
+        let alias = self.ident()?;
+        if self.eat_keyword("JOIN") || is_keyword(self.peek(), "IN") {
+            return Err(SqlError::new("JOIN is not supported by this emulator"));
+        }
+        // `FROM root r` / `FROM c AS x` rebinds the alias.
+        let alias = if self.eat_keyword("AS") {
+            self.ident()?
+        } else if matches!(self.peek(), Some(Token::Ident(w)) if !RESERVED.iter().any(|r| w.eq_ignore_ascii_case(r)) && !w.eq_ignore_ascii_case("WHERE"))
+        {
+            self.ident()?
+        } else {
+            alias
+        };
+        let filter = if self.eat_keyword("WHERE") {
+            Some(self.expr(0)?)
+        } else {
+            None
+        };
+        let query = Query {
+            top,
+            projection,
+            alias,
+            filter,
+        };
+        query.bind_alias()
+    }
+
+    fn expr(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        if depth > MAX_DEPTH {
+            return Err(SqlError::new("expression is nested too deeply"));
+        }
+        self.or(depth + 1)
+    }
+
+    fn or(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let mut left = self.and(depth)?;
+        while self.eat_keyword("OR") {
+            let right = self.and(depth)?;
+            left = Expr::Binary(BinaryOp::Or, Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let mut left = self.not(depth)?;
+        while self.eat_keyword("AND") {
+            let right = self.not(depth)?;
+            left = Expr::Binary(BinaryOp::And, Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn not(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        if self.eat_keyword("NOT") {
+            if depth > MAX_DEPTH {
+                return Err(SqlError::new("expression is nested too deeply"));
+            }
+            let inner = self.not(depth + 1)?;
+            return Ok(Expr::Unary(UnaryOp::Not, Box::new(inner)));
+        }
+        self.comparison(depth)
+    }
+
+    fn comparison(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let left = self.additive(depth)?;
+        let negated = is_keyword(self.peek(), "NOT") && is_keyword(self.peek_at(1), "IN");
+        if negated {
+            self.pos += 1;
+        }
+        if self.eat_keyword("IN") {
+            self.expect_symbol("(")?;
+            let mut list = Vec::new();
+            if !self.eat_symbol(")") {
+                loop {
+                    list.push(self.expr(depth)?);
+                    if self.eat_symbol(")") {
+                        break;
+                    }
+                    self.expect_symbol(",")?;
+                }
+            }
+            return Ok(Expr::In {
+                needle: Box::new(left),
+                list,
+                negated,
+            });
+        }
+        if self.eat_keyword("BETWEEN") {
+            let low = self.additive(depth)?;
+            self.expect_keyword("AND")?;
+            let high = self.additive(depth)?;
+            return Ok(Expr::Between(Box::new(left), Box::new(low), Box::new(high)));
+        }
+        let op = match self.peek() {
+            Some(Token::Symbol("=")) => BinaryOp::Eq,
+            Some(Token::Symbol("!=")) | Some(Token::Symbol("<>")) => BinaryOp::Ne,
+            Some(Token::Symbol("<")) => BinaryOp::Lt,
+            Some(Token::Symbol("<=")) => BinaryOp::Le,
+            Some(Token::Symbol(">")) => BinaryOp::Gt,
+            Some(Token::Symbol(">=")) => BinaryOp::Ge,
+            _ => return Ok(left),
+        };
+        self.pos += 1;
+        let right = self.additive(depth)?;
+        Ok(Expr::Binary(op, Box::new(left), Box::new(right)))
+    }
+
+    fn additive(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let mut left = self.multiplicative(depth)?;
+        loop {
+            let op = match self.peek() {
+                Some(Token::Symbol("+")) => BinaryOp::Add,
+                Some(Token::Symbol("-")) => BinaryOp::Sub,
+                Some(Token::Symbol("||")) => BinaryOp::Concat,
+                _ => return Ok(left),
+            };
+            self.pos += 1;
+            let right = self.multiplicative(depth)?;
+            left = Expr::Binary(op, Box::new(left), Box::new(right));
+        }
+    }
+
+    fn multiplicative(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let mut left = self.unary(depth)?;
+        loop {
+            let op = match self.peek() {
+                Some(Token::Symbol("*")) => BinaryOp::Mul,
+                Some(Token::Symbol("/")) => BinaryOp::Div,
+                _ => return Ok(left),
+            };
+            self.pos += 1;
+            let right = self.unary(depth)?;
+            left = Expr::Binary(op, Box::new(left), Box::new(right));
+        }
+    }
+
+    fn unary(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        if self.eat_symbol("-") {
+            if depth > MAX_DEPTH {
+                return Err(SqlError::new("expression is nested too deeply"));
+            }
+            let inner = self.unary(depth + 1)?;
+            return Ok(Expr::Unary(UnaryOp::Neg, Box::new(inner)));
+        }
+        self.primary(depth)
+    }
+
+    fn primary(&mut self, depth: usize) -> Result<Expr, SqlError> {
+        let Some(token) = self.next() else {
+            return Err(SqlError::new(
+                "expected an expression, found the end of the query",
+            ));
+        };
+        let expr = match token {
+            Token::Num(n) => Expr::Literal(number(n)),
+            Token::Str(s) => Expr::Literal(serde_json::Value::String(s)),
+            Token::Param(name) => Expr::Param(name),
+            Token::Symbol("(") => {
+                let inner = self.expr(depth)?;
+                self.expect_symbol(")")?;
+                inner
+            }
+            Token::Symbol("[") => {
+                let mut items = Vec::new();
+                if !self.eat_symbol("]") {
+                    loop {
+                        items.push(self.expr(depth)?);
+                        if self.eat_symbol("]") {
+                            break;
+                        }
+                        self.expect_symbol(",")?;
+                    }
+                }
+                Expr::Array(items)
+            }
+            Token::Symbol("{") => {
+                return Err(SqlError::new(
+                    "object literals are not supported by this emulator",
+                ))
+            }
+            Token::Ident(word) => {
+                let upper = word.to_ascii_uppercase();
+                match upper.as_str() {
+                    "TRUE" => Expr::Literal(serde_json::Value::Bool(true)),
+                    "FALSE" => Expr::Literal(serde_json::Value::Bool(false)),
+                    "NULL" => Expr::Literal(serde_json::Value::Null),
+                    "UNDEFINED" => Expr::Undefined,
+                    _ if self.eat_symbol("(") => return self.call(&word, depth),
+                    _ if RESERVED.contains(&upper.as_str()) => {
+                        return Err(SqlError::new(format!(
+                            "expected an expression, found keyword '{word}'"
+                        )))
+                    }
+                    _ => Expr::Path(vec![PathStep::Field(word)]),
+                }
+            }
+            other => {
+                return Err(SqlError::new(format!(
+                    "expected an expression, found {}",
+                    describe(&other)
+                )))
+            }
+        };
+        self.postfix(expr, depth)
+    }
+
+    /// Property access after a primary: `.name` and `[expr]`.
+    fn postfix(&mut self, mut expr: Expr, depth: usize) -> Result<Expr, SqlError> {
+        loop {
+            let step = if self.eat_symbol(".") {
+                match self.next() {
+                    Some(Token::Ident(name)) => PathStep::Field(name),
+                    _ => return Err(SqlError::new("expected a property name after '.'")),
+                }
+            } else if self.eat_symbol("[") {
+                let index = self.expr(depth)?;
+                self.expect_symbol("]")?;
+                match index {
+                    Expr::Literal(serde_json::Value::String(name)) => PathStep::Field(name),
+                    other => PathStep::Index(Box::new(other)),
+                }
+            } else {
+                return Ok(expr);
+            };
+            match &mut expr {
+                Expr::Path(steps) => steps.push(step),
+                _ => {
+                    return Err(SqlError::new(
+                        "property access is only supported on the FROM alias",
+                    ))
+                }
+            }
+        }
+    }
+
+    fn call(&mut self, name: &str, depth: usize) -> Result<Expr, SqlError> {
+        let mut args = Vec::new();
+        if !self.eat_symbol(")") {
+            loop {
+                if self.eat_symbol("*") {
+                    args.push(Expr::Literal(serde_json::Value::from(1)));
+                } else {
+                    args.push(self.expr(depth)?);
+                }
+                if self.eat_symbol(")") {
+                    break;
+                }
+                self.expect_symbol(",")?;
+            }
+        }
+        let upper = name.to_ascii_uppercase();
+        let aggregate = match upper.as_str() {
+            "COUNT" => Some(Aggregate::Count),
+            "SUM" => Some(Aggregate::Sum),
+            "MIN" => Some(Aggregate::Min),
+            "MAX" => Some(Aggregate::Max),
+            "AVG" => Some(Aggregate::Avg),
+            _ => None,
+        };
+        if let Some(aggregate) = aggregate {
+            let [arg] = <[Expr; 1]>::try_from(args)
+                .map_err(|_| SqlError::new(format!("{upper} takes exactly one argument")))?;
+            return Ok(Expr::Aggregate(aggregate, Box::new(arg)));
+        }
+        let (function, arity) = match upper.as_str() {
+            "IS_DEFINED" => (Function::IsDefined, 1..=1),
+            "IS_NULL" => (Function::IsNull, 1..=1),
+            "STARTSWITH" => (Function::StartsWith, 2..=3),
+            "CONTAINS" => (Function::Contains, 2..=3),
+            "ARRAY_CONTAINS" => (Function::ArrayContains, 2..=3),
+            "LOWER" => (Function::Lower, 1..=1),
+            "UPPER" => (Function::Upper, 1..=1),
+            "LENGTH" => (Function::Length, 1..=1),
+            "ABS" => (Function::Abs, 1..=1),
+            _ => {
+                return Err(SqlError::new(format!(
+                    "function {name} is not supported by this emulator"
+                )))
+            }
+        };
+        if !arity.contains(&args.len()) {
+            return Err(SqlError::new(format!(
+                "{upper} takes {} argument(s), got {}",
+                arity.start(),
+                args.len()
+            )));
+        }
+        Ok(Expr::Call(function, args))
+    }
+}
+
+fn number(n: f64) -> serde_json::Value {
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        serde_json::Value::from(n as i64)
+    } else {
+        serde_json::Number::from_f64(n)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Cosmos names an unaliased projection after its last path step, else `$1`, `$2`, …
+fn default_name(expr: &Expr, position: usize) -> String {
+    match expr {
+        Expr::Path(steps) if steps.len() > 1 => match steps.last() {
+            Some(PathStep::Field(name)) => name.clone(),
+            _ => format!("${}", position + 1),
+        },
+        _ => format!("${}", position + 1),
+    }
+}
+
+impl Query {
+    /// Resolves paths against the FROM alias: `c.x` becomes a path `["x"]`, `c`
+    /// becomes [`Expr::Root`]; any other root identifier is an error.
+    fn bind_alias(mut self) -> Result<Query, SqlError> {
+        let alias = self.alias.clone();
+        let bind = |expr: &mut Expr| bind_expr(expr, &alias);
+        match &mut self.projection {
+            Projection::Star => {}
+            Projection::Value(expr) => bind(expr)?,
+            Projection::Fields(fields) => {
+                for (_, expr) in fields {
+                    bind(expr)?;
+                }
+            }
+        }
+        if let Some(filter) = &mut self.filter {
+            bind(filter)?;
+        }
+        Ok(self)
+    }
+}
+
+fn bind_expr(expr: &mut Expr, alias: &str) -> Result<(), SqlError> {
+    match expr {
+        Expr::Path(steps) => {
+            let root = match steps.first() {
+                Some(PathStep::Field(name)) => name.clone(),
+                _ => return Err(SqlError::new("a property path must start with the FROM alias")),
+            };
+            if root != alias {
+                return Err(SqlError::new(format!(
+                    "identifier '{root}' could not be resolved (the FROM alias is '{alias}')"
+                )));
+            }
+            steps.remove(0);
+            for step in steps.iter_mut() {
+                if let PathStep::Index(index) = step {
+                    bind_expr(index, alias)?;
+                }
+            }
+            if steps.is_empty() {
+                *expr = Expr::Root;
+            }
+            Ok(())
+        }
+        Expr::Literal(_) | Expr::Undefined | Expr::Param(_) | Expr::Root => Ok(()),
+        Expr::Unary(_, inner) | Expr::Aggregate(_, inner) => bind_expr(inner, alias),
+        Expr::Binary(_, left, right) => {
+            bind_expr(left, alias)?;
+            bind_expr(right, alias)
+        }
+        Expr::In { needle, list, .. } => {
+            bind_expr(needle, alias)?;
+            list.iter_mut().try_for_each(|item| bind_expr(item, alias))
+        }
+        Expr::Between(a, b, c) => {
+            bind_expr(a, alias)?;
+            bind_expr(b, alias)?;
+            bind_expr(c, alias)
+        }
+        Expr::Call(_, args) | Expr::Array(args) => {
+            args.iter_mut().try_for_each(|arg| bind_expr(arg, alias))
+        }
+    }
+}
