@@ -79,16 +79,28 @@ pub fn collect(state: &AppState) -> Stats {
                             counters: p.stats.snapshot(),
                         })
                         .collect();
-                    let per_partition = partitions.first().and_then(|p| p.provisioned_ru_per_second);
+                    let per_partition =
+                        partitions.first().and_then(|p| p.provisioned_ru_per_second);
                     ContainerStats {
                         id: c.id.clone(),
-                        partition_key: c.partition_key.paths().iter().map(|p| p.to_string()).collect(),
+                        partition_key: c
+                            .partition_key
+                            .paths()
+                            .iter()
+                            .map(|p| p.to_string())
+                            .collect(),
                         provisioned_ru_per_second: c.throughput().or(db.throughput()),
                         provisioned_ru_per_partition: per_partition,
                         documents: partitions.iter().map(|p| p.documents).sum(),
                         requests: partitions.iter().map(|p| p.counters.requests).sum(),
-                        throttled_requests: partitions.iter().map(|p| p.counters.throttled_requests).sum(),
-                        ru_total: (partitions.iter().map(|p| p.counters.ru_total).sum::<f64>() * 100.0).round() / 100.0,
+                        throttled_requests: partitions
+                            .iter()
+                            .map(|p| p.counters.throttled_requests)
+                            .sum(),
+                        ru_total: (partitions.iter().map(|p| p.counters.ru_total).sum::<f64>()
+                            * 100.0)
+                            .round()
+                            / 100.0,
                         max_ru_per_partition_per_second: partitions
                             .iter()
                             .map(|p| p.counters.max_ru_per_second)
@@ -119,8 +131,19 @@ pub async fn reset_stats(State(state): State<AppState>) -> Json<Stats> {
 
 /// Escapes a Prometheus label value.
 fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
+
+/// Name, type, help text and how to read a per-partition value.
+type Gauge = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PartitionStatsView) -> Option<f64>,
+);
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let stats = collect(&state);
@@ -143,18 +166,48 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     };
     let name = "cosmos_emulator_requests_total";
-    header(&mut out, name, "counter", "Data-plane requests by physical partition and HTTP status.");
+    header(
+        &mut out,
+        name,
+        "counter",
+        "Data-plane requests by physical partition and HTTP status.",
+    );
     for (labels, p) in &partitions {
         for (status, count) in &p.counters.requests_by_status {
             let _ = writeln!(out, "{name}{{{labels},status=\"{status}\"}} {count}");
         }
     }
-    let gauges: [(&str, &str, &str, fn(&PartitionStatsView) -> Option<f64>); 5] = [
-        ("cosmos_emulator_request_units_total", "counter", "Request units charged by physical partition.", |p| Some(p.counters.ru_total)),
-        ("cosmos_emulator_request_units_last_second", "gauge", "Request units consumed in the last complete second.", |p| Some(p.counters.ru_last_second)),
-        ("cosmos_emulator_max_request_units_per_second", "gauge", "Highest request units consumed in one second since the last stats reset.", |p| Some(p.counters.max_ru_per_second)),
-        ("cosmos_emulator_provisioned_request_units_per_second", "gauge", "Provisioned RU/s of each physical partition (absent when unlimited).", |p| p.provisioned_ru_per_second),
-        ("cosmos_emulator_documents", "gauge", "Documents stored in each physical partition.", |p| Some(p.documents as f64)),
+    let gauges: [Gauge; 5] = [
+        (
+            "cosmos_emulator_request_units_total",
+            "counter",
+            "Request units charged by physical partition.",
+            |p| Some(p.counters.ru_total),
+        ),
+        (
+            "cosmos_emulator_request_units_last_second",
+            "gauge",
+            "Request units consumed in the last complete second.",
+            |p| Some(p.counters.ru_last_second),
+        ),
+        (
+            "cosmos_emulator_max_request_units_per_second",
+            "gauge",
+            "Highest request units consumed in one second since the last stats reset.",
+            |p| Some(p.counters.max_ru_per_second),
+        ),
+        (
+            "cosmos_emulator_provisioned_request_units_per_second",
+            "gauge",
+            "Provisioned RU/s of each physical partition (absent when unlimited).",
+            |p| p.provisioned_ru_per_second,
+        ),
+        (
+            "cosmos_emulator_documents",
+            "gauge",
+            "Documents stored in each physical partition.",
+            |p| Some(p.documents as f64),
+        ),
     ];
     for (name, kind, help, value) in gauges {
         header(&mut out, name, kind, help);
@@ -165,7 +218,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         }
     }
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         out,
     )
 }

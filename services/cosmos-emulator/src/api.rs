@@ -58,7 +58,8 @@ impl CosmosRequest {
                 "a query body must be {{\"query\": \"...\", \"parameters\": [...]}}: {e}"
             ))
         })?;
-        PreparedQuery::prepare(&spec).map_err(|e| ApiError::BadRequest(format!("Syntax error: {e}")))
+        PreparedQuery::prepare(&spec)
+            .map_err(|e| ApiError::BadRequest(format!("Syntax error: {e}")))
     }
 
     /// Provisioned throughput requested with a create (`x-ms-offer-throughput`).
@@ -174,10 +175,12 @@ async fn handle(
         .filter(|s| !s.is_empty())
         .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
         .collect();
-    let authority = uri
-        .authority()
-        .map(|a| a.to_string())
-        .or_else(|| headers.get("host").and_then(|h| h.to_str().ok()).map(str::to_owned));
+    let authority = uri.authority().map(|a| a.to_string()).or_else(|| {
+        headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+    });
     let request = CosmosRequest {
         method,
         authority,
@@ -252,13 +255,21 @@ async fn handle(
         (&Method::GET, ["offers"]) => list(
             "Offers",
             "",
-            state.store.offers().iter().filter_map(OfferTarget::resource),
+            state
+                .store
+                .offers()
+                .iter()
+                .filter_map(OfferTarget::resource),
         ),
         (&Method::POST, ["offers"]) => query_resources(
             &request,
             "Offers",
             "",
-            state.store.offers().iter().filter_map(OfferTarget::resource),
+            state
+                .store
+                .offers()
+                .iter()
+                .filter_map(OfferTarget::resource),
         ),
         (&Method::GET, ["offers", id]) => {
             let offer = state.store.offer(id)?;
@@ -311,11 +322,7 @@ fn account(request: &CosmosRequest) -> CosmosResponse {
     )
 }
 
-fn list(
-    kind: &str,
-    rid: &str,
-    items: impl Iterator<Item = Value>,
-) -> ApiResult<CosmosResponse> {
+fn list(kind: &str, rid: &str, items: impl Iterator<Item = Value>) -> ApiResult<CosmosResponse> {
     let items: Vec<Value> = items.collect();
     let count = items.len();
     let mut body = serde_json::Map::new();
@@ -323,7 +330,7 @@ fn list(
     body.insert(kind.into(), Value::Array(items));
     body.insert("_count".into(), json!(count));
     Ok(CosmosResponse::ok(Value::Object(body), charge::METADATA)
-    .header(headers::ITEM_COUNT, count.to_string()))
+        .header(headers::ITEM_COUNT, count.to_string()))
 }
 
 /// SQL over metadata resources (databases, containers, offers): one page, no paging.
@@ -368,9 +375,10 @@ fn create_container(
     db: &str,
 ) -> ApiResult<CosmosResponse> {
     let db: Arc<Database> = state.store.database(db)?;
-    let resource = state
-        .store
-        .create_container(&db, &request.json()?, request.offer_throughput()?)?;
+    let resource =
+        state
+            .store
+            .create_container(&db, &request.json()?, request.offer_throughput()?)?;
     Ok(CosmosResponse::ok(resource, charge::METADATA).with_status(StatusCode::CREATED))
 }
 
@@ -389,9 +397,11 @@ fn pkranges(
         });
     }
     let count = container.partitions.len();
-    Ok(CosmosResponse::ok(container.pkranges_body(), charge::METADATA)
-        .header(headers::ETAG, etag)
-        .header(headers::ITEM_COUNT, count.to_string()))
+    Ok(
+        CosmosResponse::ok(container.pkranges_body(), charge::METADATA)
+            .header(headers::ETAG, etag)
+            .header(headers::ITEM_COUNT, count.to_string()),
+    )
 }
 
 fn replace_offer(state: &AppState, request: &CosmosRequest, id: &str) -> ApiResult<CosmosResponse> {

@@ -29,7 +29,10 @@ fn signing_candidates(path: &str) -> (String, Vec<String>) {
     let segments: Vec<&str> = trimmed.split('/').collect();
     let is_feed = segments.len() % 2 == 1;
     let (resource_type, link_segments) = if is_feed {
-        (segments[segments.len() - 1], &segments[..segments.len() - 1])
+        (
+            segments[segments.len() - 1],
+            &segments[..segments.len() - 1],
+        )
     } else {
         (segments[segments.len() - 2], &segments[..])
     };
@@ -37,7 +40,12 @@ fn signing_candidates(path: &str) -> (String, Vec<String>) {
     let joined = link_segments.join("/");
     let decoded = percent_decode_str(&joined).decode_utf8_lossy().into_owned();
     if resource_type == "offers" {
-        links.push(link_segments.last().map(|s| s.to_lowercase()).unwrap_or_default());
+        links.push(
+            link_segments
+                .last()
+                .map(|s| s.to_lowercase())
+                .unwrap_or_default(),
+        );
     }
     links.push(decoded.clone());
     if decoded != joined {
@@ -102,7 +110,13 @@ pub fn verify(
         .to_lowercase();
     let (resource_type, links) = signing_candidates(path);
     for link in &links {
-        let payload = format!("{}\n{}\n{}\n{}\n\n", verb(method), resource_type, link, date);
+        let payload = format!(
+            "{}\n{}\n{}\n{}\n\n",
+            verb(method),
+            resource_type,
+            link,
+            date
+        );
         let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key.bytes()) else {
             return Err(ApiError::Internal("invalid HMAC key length".into()));
         };
@@ -126,7 +140,10 @@ mod tests {
 
     #[test]
     fn links_follow_the_cosmos_rules() {
-        assert_eq!(signing_candidates("/"), (String::new(), vec![String::new()]));
+        assert_eq!(
+            signing_candidates("/"),
+            (String::new(), vec![String::new()])
+        );
         let (t, links) = signing_candidates("/dbs/db1/colls/c1/docs");
         assert_eq!(t, "docs");
         assert_eq!(links[0], "dbs/db1/colls/c1");

@@ -38,7 +38,9 @@ impl std::str::FromStr for MasterKey {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(s.trim())
-            .map_err(|_| "the master key must be base64 (like the public emulator key)".to_owned())?;
+            .map_err(|_| {
+                "the master key must be base64 (like the public emulator key)".to_owned()
+            })?;
         if bytes.is_empty() {
             return Err("the master key must not be empty".to_owned());
         }

@@ -40,7 +40,8 @@ pub async fn handle(
                 query: "SELECT * FROM c".into(),
                 parameters: Vec::new(),
             };
-            let query = PreparedQuery::prepare(&spec).map_err(|e| ApiError::Internal(e.to_string()))?;
+            let query =
+                PreparedQuery::prepare(&spec).map_err(|e| ApiError::Internal(e.to_string()))?;
             run_query(state, request, &container, query).await
         }
         (&Method::GET, Some(id)) => read(state, request, &container, id).await,
@@ -185,7 +186,11 @@ async fn write(
     let store = &state.store;
     execute(state, &[partition], || {
         let mut data = partition.write();
-        let id = body.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let id = body
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let existing = data.get(&key.json, &id).cloned();
         match (&existing, replace_id, upsert) {
             (Some(_), None, false) => {
@@ -248,7 +253,12 @@ async fn read(
             return Ok((response, vec![Some(ru)]));
         }
         Ok((
-            document_response(StatusCode::OK, doc.body.clone(), doc.etag().to_owned(), partition),
+            document_response(
+                StatusCode::OK,
+                doc.body.clone(),
+                doc.etag().to_owned(),
+                partition,
+            ),
             vec![Some(ru)],
         ))
     })
@@ -319,9 +329,15 @@ fn query_target<'c>(
     container: &'c Container,
 ) -> ApiResult<(Vec<&'c Partition>, Scope)> {
     if let Some(key) = header_key(request, container)? {
-        return Ok((vec![container.partition_for(&key)], Scope::LogicalPartition(key.json)));
+        return Ok((
+            vec![container.partition_for(&key)],
+            Scope::LogicalPartition(key.json),
+        ));
     }
-    let epk_range = match (request.header(headers::START_EPK), request.header(headers::END_EPK)) {
+    let epk_range = match (
+        request.header(headers::START_EPK),
+        request.header(headers::END_EPK),
+    ) {
         (Some(min), Some(max)) => Some((
             parse_epk(min).map_err(|e| ApiError::BadRequest(e.0))?,
             parse_epk(max).map_err(|e| ApiError::BadRequest(e.0))?,
@@ -392,10 +408,18 @@ async fn run_query(
             None => page_size,
         };
         for (i, p) in partitions.iter().enumerate().skip(resume.partition) {
-            let after = if i == resume.partition { resume.after_seq } else { 0 };
+            let after = if i == resume.partition {
+                resume.after_seq
+            } else {
+                0
+            };
             let remaining = budget.saturating_sub(rows.len());
             if remaining == 0 {
-                next = Some(Continuation { partition: i, after_seq: 0, returned: 0 });
+                next = Some(Continuation {
+                    partition: i,
+                    after_seq: 0,
+                    returned: 0,
+                });
                 break;
             }
             let page = p
@@ -405,7 +429,11 @@ async fn run_query(
             charges[i] = Some(page.charge());
             rows.extend(page.rows);
             if let Some(last) = page.last_seq {
-                next = Some(Continuation { partition: i, after_seq: last, returned: 0 });
+                next = Some(Continuation {
+                    partition: i,
+                    after_seq: last,
+                    returned: 0,
+                });
                 break;
             }
         }

@@ -184,19 +184,27 @@ mod tests {
         let ranges = split_ranges(9);
         let mut per_range = [0usize; 9];
         for i in 0..900 {
-            let key = LogicalKey::from_document(&json!({"ownerId": format!("o{i:05}")}), &definition)
-                .expect("key");
-            let index = ranges.iter().position(|r| r.contains(&key.epk)).expect("covered");
+            let key =
+                LogicalKey::from_document(&json!({"ownerId": format!("o{i:05}")}), &definition)
+                    .expect("key");
+            let index = ranges
+                .iter()
+                .position(|r| r.contains(&key.epk))
+                .expect("covered");
             per_range[index] += 1;
         }
         // 100 expected per range; a uniform hash stays well inside these bounds.
-        assert!(per_range.iter().all(|&n| (50..=150).contains(&n)), "{per_range:?}");
+        assert!(
+            per_range.iter().all(|&n| (50..=150).contains(&n)),
+            "{per_range:?}"
+        );
     }
 
     #[test]
     fn document_and_header_forms_agree() {
         let definition: PartitionKeyDefinition = "/ownerId".into();
-        let from_doc = LogicalKey::from_document(&json!({"ownerId": "o1"}), &definition).expect("doc");
+        let from_doc =
+            LogicalKey::from_document(&json!({"ownerId": "o1"}), &definition).expect("doc");
         let from_header = LogicalKey::from_header(r#"["o1"]"#, &definition).expect("header");
         assert_eq!(from_doc.epk, from_header.epk);
         assert_eq!(from_doc.json, from_header.json);

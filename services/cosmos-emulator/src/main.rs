@@ -5,7 +5,10 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
         .init();
     let config = Config::parse();
     let state = match AppState::new(&config) {
@@ -22,7 +25,10 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     tracing::info!(
         %address,
         partitions = config.partitions,
@@ -31,6 +37,8 @@ async fn main() -> std::process::ExitCode {
         persistent = config.data_dir.is_some(),
         "cosmos-emulator listening"
     );
+    // The one line on stdout: scripts and the local stack read the address from it.
+    // The one line on stdout: scripts and the local stack read the address from it.
     println!("cosmos-emulator listening on http://{address}/");
     if let Err(e) = run(listener, state, shutdown_signal()).await {
         eprintln!("cosmos-emulator: server error: {e}");

@@ -86,7 +86,9 @@ impl RuBudget {
     }
 
     fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.refilled_at).as_secs_f64();
+        let elapsed = now
+            .saturating_duration_since(self.refilled_at)
+            .as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.ru_per_second).min(self.ru_per_second);
         self.refilled_at = now;
     }
@@ -166,7 +168,8 @@ mod tests {
         let create = charge::write(1024, 7);
         assert!((5.0..=7.0).contains(&create), "{create}");
         // The study's query: 2 matching docs, 9 partitions without the key, 1 with it.
-        let without_key = 9.0 * charge::QUERY_PER_PARTITION + charge::query(2, 0) - charge::QUERY_PER_PARTITION;
+        let without_key =
+            9.0 * charge::QUERY_PER_PARTITION + charge::query(2, 0) - charge::QUERY_PER_PARTITION;
         assert!((25.0..=33.0).contains(&without_key), "{without_key}");
         let with_key = charge::query(2, 0);
         assert!((2.5..=4.5).contains(&with_key), "{with_key}");

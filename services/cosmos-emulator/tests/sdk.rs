@@ -72,11 +72,13 @@ async fn query_ids(container: &ContainerClient, query: Query, scope: FeedScope) 
 }
 
 fn study_query(owner: &str, month: i32) -> Query {
-    Query::from("SELECT * FROM c WHERE c.ownerId = @ownerId AND c.year = @year AND c.month = @month")
-        .with_parameter("@ownerId", owner)
-        .and_then(|q| q.with_parameter("@year", 2026))
-        .and_then(|q| q.with_parameter("@month", month))
-        .expect("parameters")
+    Query::from(
+        "SELECT * FROM c WHERE c.ownerId = @ownerId AND c.year = @year AND c.month = @month",
+    )
+    .with_parameter("@ownerId", owner)
+    .and_then(|q| q.with_parameter("@year", 2026))
+    .and_then(|q| q.with_parameter("@month", month))
+    .expect("parameters")
 }
 
 async fn seed(container: &ContainerClient, owners: usize, drones: usize) -> Vec<Utilization> {
@@ -127,8 +129,15 @@ async fn crud_and_upsert_work_and_a_small_point_read_costs_one_ru() {
         .create_item(item.owner_id.clone(), &item.id, &item, None)
         .await
         .expect("create");
-    let create_charge = created.headers().request_charge().map(|c| c.value()).unwrap_or(0.0);
-    assert!((5.0..=7.0).contains(&create_charge), "create charged {create_charge}");
+    let create_charge = created
+        .headers()
+        .request_charge()
+        .map(|c| c.value())
+        .unwrap_or(0.0);
+    assert!(
+        (5.0..=7.0).contains(&create_charge),
+        "create charged {create_charge}"
+    );
 
     let duplicate = container
         .create_item(item.owner_id.clone(), &item.id, &item, None)
@@ -140,7 +149,10 @@ async fn crud_and_upsert_work_and_a_small_point_read_costs_one_ru() {
         .read_item(item.owner_id.clone(), &item.id, None)
         .await
         .expect("read");
-    assert_eq!(read.headers().request_charge().map(|c| c.value()), Some(1.0));
+    assert_eq!(
+        read.headers().request_charge().map(|c| c.value()),
+        Some(1.0)
+    );
     assert_eq!(read.into_model::<Utilization>().expect("model"), item);
 
     item.traveled_miles = 99.0;
@@ -209,21 +221,56 @@ async fn queries_with_and_without_the_key_agree_and_touch_one_or_all_partitions(
     assert_eq!(expected.len(), 3);
 
     emulator.reset_stats().await;
-    let with_key = query_ids(&by_owner, study_query(owner, 3), FeedScope::partition(owner)).await;
-    assert_eq!(with_key, expected, "the SDK's hash and the emulator's routing agree");
+    let with_key = query_ids(
+        &by_owner,
+        study_query(owner, 3),
+        FeedScope::partition(owner),
+    )
+    .await;
+    assert_eq!(
+        with_key, expected,
+        "the SDK's hash and the emulator's routing agree"
+    );
     let stats = emulator.stats().await;
-    let container = stats.databases[0].containers.iter().find(|c| c.id == "by-owner").expect("stats");
-    let touched = container.partitions.iter().filter(|p| p.counters.requests > 0).count();
-    assert_eq!(touched, 1, "a query with the partition key runs in one partition");
+    let container = stats.databases[0]
+        .containers
+        .iter()
+        .find(|c| c.id == "by-owner")
+        .expect("stats");
+    let touched = container
+        .partitions
+        .iter()
+        .filter(|p| p.counters.requests > 0)
+        .count();
+    assert_eq!(
+        touched, 1,
+        "a query with the partition key runs in one partition"
+    );
     let ru_with_key = container.ru_total;
 
     emulator.reset_stats().await;
-    let cross = query_ids(&by_drone, study_query(owner, 3), FeedScope::full_container()).await;
+    let cross = query_ids(
+        &by_drone,
+        study_query(owner, 3),
+        FeedScope::full_container(),
+    )
+    .await;
     assert_eq!(cross, expected);
     let stats = emulator.stats().await;
-    let container = stats.databases[0].containers.iter().find(|c| c.id == "by-drone").expect("stats");
-    let touched = container.partitions.iter().filter(|p| p.counters.requests > 0).count();
-    assert_eq!(touched, 4, "a cross-partition query fans out to every partition");
+    let container = stats.databases[0]
+        .containers
+        .iter()
+        .find(|c| c.id == "by-drone")
+        .expect("stats");
+    let touched = container
+        .partitions
+        .iter()
+        .filter(|p| p.counters.requests > 0)
+        .count();
+    assert_eq!(
+        touched, 4,
+        "a cross-partition query fans out to every partition"
+    );
     assert!(
         container.ru_total > 3.0 * ru_with_key,
         "fan-out costs RU in every partition: {} vs {ru_with_key}",
@@ -238,10 +285,17 @@ async fn queries_with_and_without_the_key_agree_and_touch_one_or_all_partitions(
     assert_eq!(union.into_iter().collect::<Vec<_>>(), expected);
 
     // Paging: all 72 documents come back across small pages without duplicates.
-    let options = azure_data_cosmos::options::QueryOptions::default()
-        .with_max_item_count(azure_data_cosmos::options::MaxItemCountHint::Limit(std::num::NonZeroU32::new(5).expect("non-zero")));
+    let options = azure_data_cosmos::options::QueryOptions::default().with_max_item_count(
+        azure_data_cosmos::options::MaxItemCountHint::Limit(
+            std::num::NonZeroU32::new(5).expect("non-zero"),
+        ),
+    );
     let mut items = by_drone
-        .query_items::<Utilization>("SELECT * FROM c", FeedScope::full_container(), Some(options))
+        .query_items::<Utilization>(
+            "SELECT * FROM c",
+            FeedScope::full_container(),
+            Some(options),
+        )
         .await
         .expect("query");
     let mut seen = BTreeSet::new();
@@ -264,22 +318,29 @@ async fn aggregates_and_projections_within_a_partition() {
         .filter(|d| d.owner_id == owner && d.month == 4)
         .map(|d| d.traveled_miles)
         .sum();
-    let query = Query::from("SELECT VALUE SUM(c.traveledMiles) FROM c WHERE c.ownerId = @o AND c.month = 4")
-        .with_parameter("@o", owner)
-        .expect("param");
+    let query = Query::from(
+        "SELECT VALUE SUM(c.traveledMiles) FROM c WHERE c.ownerId = @o AND c.month = 4",
+    )
+    .with_parameter("@o", owner)
+    .expect("param");
     let mut items = container
         .query_items::<f64>(query, FeedScope::partition(owner), None)
         .await
         .expect("aggregate query");
     let sum = items.try_next().await.expect("page").expect("one row");
-    assert!((sum - expected_miles).abs() < 1e-9, "{sum} vs {expected_miles}");
+    assert!(
+        (sum - expected_miles).abs() < 1e-9,
+        "{sum} vs {expected_miles}"
+    );
 
     #[derive(Deserialize)]
     struct Row {
         id: String,
         miles: f64,
     }
-    let query = Query::from("SELECT c.id, c.traveledMiles AS miles FROM c WHERE c.droneId IN ('d001', 'd002')");
+    let query = Query::from(
+        "SELECT c.id, c.traveledMiles AS miles FROM c WHERE c.droneId IN ('d001', 'd002')",
+    );
     let mut items = container
         .query_items::<Row>(query, FeedScope::partition(owner), None)
         .await
@@ -334,18 +395,31 @@ async fn over_budget_the_sdk_sees_429s_and_retries_them() {
             .await
             .expect("the SDK retries 429s until the write succeeds");
         let attempts = response.diagnostics().requests();
-        let statuses: Vec<u16> = attempts.iter().map(|a| u16::from(a.status().status_code())).collect();
+        let statuses: Vec<u16> = attempts
+            .iter()
+            .map(|a| u16::from(a.status().status_code()))
+            .collect();
         if statuses.contains(&429) {
-            assert_eq!(statuses.last(), Some(&201), "retried until success: {statuses:?}");
+            assert_eq!(
+                statuses.last(),
+                Some(&201),
+                "retried until success: {statuses:?}"
+            );
             let throttled = attempts
                 .iter()
                 .find(|a| u16::from(a.status().status_code()) == 429)
                 .expect("a throttled attempt");
-            assert_eq!(throttled.status().sub_status().map(|s| s.value()), Some(3200));
+            assert_eq!(
+                throttled.status().sub_status().map(|s| s.value()),
+                Some(3200)
+            );
             saw_retry = true;
         }
     }
-    assert!(saw_retry, "writes beyond the budget were throttled and retried");
+    assert!(
+        saw_retry,
+        "writes beyond the budget were throttled and retried"
+    );
     let stats = emulator.stats().await;
     assert!(stats.databases[0].containers[0].throttled_requests > 0);
 
@@ -358,7 +432,10 @@ async fn over_budget_the_sdk_sees_429s_and_retries_them() {
     let mut surfaced = None;
     for i in 100..120 {
         let r = record(i, 0, 3);
-        if let Err(e) = strict_container.create_item(r.owner_id.clone(), &r.id, &r, None).await {
+        if let Err(e) = strict_container
+            .create_item(r.owner_id.clone(), &r.id, &r, None)
+            .await
+        {
             surfaced = Some(e);
             break;
         }
@@ -373,14 +450,18 @@ async fn over_budget_the_sdk_sees_429s_and_retries_them() {
 async fn a_wrong_key_gets_401() {
     let emulator = Emulator::start(config(1)).await;
     let wrong = "dGhpcyBpcyBub3QgdGhlIGtleSB0aGUgZW11bGF0b3IgdXNlcyEhISEhISEhISE=";
-    let endpoint: azure_data_cosmos::AccountEndpoint = emulator.endpoint().parse().expect("endpoint");
+    let endpoint: azure_data_cosmos::AccountEndpoint =
+        emulator.endpoint().parse().expect("endpoint");
     let account = azure_data_cosmos::AccountReference::with_authentication_key(
         endpoint,
         azure_core::credentials::Secret::from(wrong.to_owned()),
     );
     let outcome = async {
         let client = CosmosClient::builder()
-            .build(account, azure_data_cosmos::RoutingStrategy::ProximityTo("Local".into()))
+            .build(
+                account,
+                azure_data_cosmos::RoutingStrategy::ProximityTo("Local".into()),
+            )
             .await?;
         client.create_database("db", None).await.map(|_| ())
     }

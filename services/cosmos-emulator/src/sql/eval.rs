@@ -85,7 +85,10 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
 
 /// True when `filter` evaluates to exactly `true` for `doc`.
 pub fn matches(filter: &Expr, doc: &Value, params: &Params) -> Result<bool, SqlError> {
-    Ok(matches!(eval(filter, doc, params)?.as_deref(), Some(Value::Bool(true))))
+    Ok(matches!(
+        eval(filter, doc, params)?.as_deref(),
+        Some(Value::Bool(true))
+    ))
 }
 
 fn resolve_path<'a>(
@@ -223,13 +226,13 @@ fn call<'a>(
             _ => None,
         },
         Function::Lower | Function::Upper => match arg(0) {
-            Some(Value::String(s)) => Some(Cow::Owned(Value::String(
-                if function == Function::Lower {
+            Some(Value::String(s)) => {
+                Some(Cow::Owned(Value::String(if function == Function::Lower {
                     s.to_lowercase()
                 } else {
                     s.to_uppercase()
-                },
-            ))),
+                })))
+            }
             _ => None,
         },
         Function::Length => match arg(0) {
@@ -283,8 +286,7 @@ pub fn equals(a: &Value, b: &Value) -> Option<bool> {
         }
         (Value::Object(x), Value::Object(y)) => Some(
             x.len() == y.len()
-                && x
-                    .iter()
+                && x.iter()
                     .all(|(k, v)| y.get(k).is_some_and(|w| equals(v, w) == Some(true))),
         ),
         _ if type_rank(a) == type_rank(b) => Some(a == b),

@@ -77,6 +77,17 @@ impl PreparedQuery {
                 "parameter {name} is used in the query but was not supplied"
             )));
         }
+        let nested_aggregate = query.filter.as_ref().is_some_and(contains_aggregate)
+            || match &query.projection {
+                Projection::Star => false,
+                Projection::Value(e) => nested_in(e),
+                Projection::Fields(fields) => fields.iter().any(|(_, e)| nested_in(e)),
+            };
+        if nested_aggregate {
+            return Err(SqlError::new(
+                "aggregate functions are only allowed as whole items of the SELECT list",
+            ));
+        }
         if let Projection::Fields(fields) = &query.projection {
             let aggregates = fields
                 .iter()
@@ -193,6 +204,35 @@ fn collect_equalities<'a>(expr: &'a Expr, params: &'a Params, out: &mut Vec<(&'a
     }
 }
 
+/// True if an aggregate appears anywhere in `expr`.
+fn contains_aggregate(expr: &Expr) -> bool {
+    match expr {
+        Expr::Aggregate(..) => true,
+        Expr::Literal(_) | Expr::Undefined | Expr::Param(_) | Expr::Root => false,
+        Expr::Path(steps) => steps.iter().any(|s| match s {
+            PathStep::Index(i) => contains_aggregate(i),
+            PathStep::Field(_) => false,
+        }),
+        Expr::Unary(_, inner) => contains_aggregate(inner),
+        Expr::Binary(_, l, r) => contains_aggregate(l) || contains_aggregate(r),
+        Expr::In { needle, list, .. } => {
+            contains_aggregate(needle) || list.iter().any(contains_aggregate)
+        }
+        Expr::Between(a, b, c) => {
+            contains_aggregate(a) || contains_aggregate(b) || contains_aggregate(c)
+        }
+        Expr::Call(_, args) | Expr::Array(args) => args.iter().any(contains_aggregate),
+    }
+}
+
+/// An aggregate below the top of a SELECT item (`COUNT(1) + 1`, `SUM(COUNT(1))`).
+fn nested_in(expr: &Expr) -> bool {
+    match expr {
+        Expr::Aggregate(_, arg) => contains_aggregate(arg),
+        other => contains_aggregate(other),
+    }
+}
+
 fn visit_params(query: &Query, visit: &mut impl FnMut(&str)) {
     fn walk(expr: &Expr, visit: &mut impl FnMut(&str)) {
         match expr {
@@ -291,26 +331,61 @@ mod tests {
                 .map(|v| v.as_str().unwrap_or_default().to_owned())
                 .collect()
         };
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE c.month = 4 OR c.ownerId = 'o2'"), ["2", "3", "4"]);
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE NOT (c.month = 3)"), ["2"]);
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE c.id IN ('1', '4', 'x')"), ["1", "4"]);
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE c.id NOT IN ('1', '4')"), ["2", "3"]);
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE c.miles BETWEEN 2 AND 8"), ["2", "3"]);
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE c.month = 4 OR c.ownerId = 'o2'"),
+            ["2", "3", "4"]
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE NOT (c.month = 3)"),
+            ["2"]
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE c.id IN ('1', '4', 'x')"),
+            ["1", "4"]
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE c.id NOT IN ('1', '4')"),
+            ["2", "3"]
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE c.miles BETWEEN 2 AND 8"),
+            ["2", "3"]
+        );
         // A missing property is undefined: neither `> 1` nor `NOT (> 1)` keeps doc 4.
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE NOT (c.miles > 1)"), Vec::<String>::new());
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE NOT (c.miles > 1)"),
+            Vec::<String>::new()
+        );
         // Comparing a string with a number is undefined, not false.
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE c.ownerId > 1"), Vec::<String>::new());
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE ARRAY_CONTAINS(c.tags, 'b')"), ["1"]);
-        assert_eq!(ids("SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.miles) = false"), ["4"]);
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE c.ownerId > 1"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE ARRAY_CONTAINS(c.tags, 'b')"),
+            ["1"]
+        );
+        assert_eq!(
+            ids("SELECT VALUE c.id FROM c WHERE IS_DEFINED(c.miles) = false"),
+            ["4"]
+        );
     }
 
     #[test]
     fn projections_and_aggregates() {
-        let out = run("SELECT c.id, c.miles AS m FROM c WHERE c.id = '1'", json!([]), &docs())
-            .expect("runs");
+        let out = run(
+            "SELECT c.id, c.miles AS m FROM c WHERE c.id = '1'",
+            json!([]),
+            &docs(),
+        )
+        .expect("runs");
         assert_eq!(out, vec![json!({"id":"1","m":10.5})]);
-        let out = run("SELECT VALUE COUNT(1) FROM c WHERE c.year = 2026", json!([]), &docs())
-            .expect("runs");
+        let out = run(
+            "SELECT VALUE COUNT(1) FROM c WHERE c.year = 2026",
+            json!([]),
+            &docs(),
+        )
+        .expect("runs");
         assert_eq!(out, vec![json!(3)]);
         let out = run(
             "SELECT SUM(c.miles) AS total, MAX(c.miles) AS most, MIN(c.id) AS first, AVG(c.month) AS avg FROM c",
@@ -318,7 +393,10 @@ mod tests {
             &docs(),
         )
         .expect("runs");
-        assert_eq!(out, vec![json!({"total":19.5,"most":10.5,"first":"1","avg":3.25})]);
+        assert_eq!(
+            out,
+            vec![json!({"total":19.5,"most":10.5,"first":"1","avg":3.25})]
+        );
     }
 
     #[test]
@@ -331,7 +409,8 @@ mod tests {
             ("SELECT * FROM c WHERE c.id = 'open", "unterminated"),
             ("SELECT * FROM c WHERE c.id = @missing", "@missing"),
             ("SELECT c.id, COUNT(1) FROM c", "GROUP BY"),
-            ("SELECT * FROM c WHERE COUNT(1) > 1", ""),
+            ("SELECT * FROM c WHERE COUNT(1) > 1", "aggregate"),
+            ("SELECT VALUE COUNT(1) + 1 FROM c", "aggregate"),
             ("DELETE FROM c", "SELECT"),
             ("SELECT * FROM c WHERE FOO(c.id)", "FOO"),
         ] {

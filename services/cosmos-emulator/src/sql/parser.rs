@@ -202,9 +202,7 @@ impl Parser {
 
     fn ident(&mut self) -> Result<String, SqlError> {
         match self.peek() {
-            Some(Token::Ident(word))
-                if !RESERVED.iter().any(|r| word.eq_ignore_ascii_case(r)) =>
-            {
+            Some(Token::Ident(word)) if !RESERVED.iter().any(|r| word.eq_ignore_ascii_case(r)) => {
                 let word = word.clone();
                 self.pos += 1;
                 Ok(word)
@@ -216,9 +214,7 @@ impl Parser {
     fn query(&mut self) -> Result<Query, SqlError> {
         self.expect_keyword("SELECT")?;
         if is_keyword(self.peek(), "DISTINCT") {
-            return Err(SqlError::new(
-                "DISTINCT is not supported by this emulator",
-            ));
+            return Err(SqlError::new("DISTINCT is not supported by this emulator"));
         }
         let top = if self.eat_keyword("TOP") {
             match self.next() {
@@ -262,14 +258,10 @@ impl Parser {
             return Err(SqlError::new("JOIN is not supported by this emulator"));
         }
         // `FROM root r` / `FROM c AS x` rebinds the alias.
-        let alias = if self.eat_keyword("AS") {
-            self.ident()?
-        } else if matches!(self.peek(), Some(Token::Ident(w)) if !RESERVED.iter().any(|r| w.eq_ignore_ascii_case(r)) && !w.eq_ignore_ascii_case("WHERE"))
-        {
-            self.ident()?
-        } else {
-            alias
-        };
+        let rebinds = self.eat_keyword("AS")
+            || matches!(self.peek(), Some(Token::Ident(w))
+                if !RESERVED.iter().any(|r| w.eq_ignore_ascii_case(r)) && !w.eq_ignore_ascii_case("WHERE"));
+        let alias = if rebinds { self.ident()? } else { alias };
         let filter = if self.eat_keyword("WHERE") {
             Some(self.expr(0)?)
         } else {
@@ -596,7 +588,11 @@ fn bind_expr(expr: &mut Expr, alias: &str) -> Result<(), SqlError> {
         Expr::Path(steps) => {
             let root = match steps.first() {
                 Some(PathStep::Field(name)) => name.clone(),
-                _ => return Err(SqlError::new("a property path must start with the FROM alias")),
+                _ => {
+                    return Err(SqlError::new(
+                        "a property path must start with the FROM alias",
+                    ))
+                }
             };
             if root != alias {
                 return Err(SqlError::new(format!(

@@ -81,7 +81,11 @@ fn decode_rid(rid: &str) -> Option<Vec<u8>> {
 }
 
 fn new_etag() -> String {
-    format!("\"{:016x}-{:04x}\"", rand::random::<u64>(), rand::random::<u16>())
+    format!(
+        "\"{:016x}-{:04x}\"",
+        rand::random::<u64>(),
+        rand::random::<u16>()
+    )
 }
 
 impl Database {
@@ -330,7 +334,9 @@ impl Store {
         });
         let mut dbs = self.databases.write().unwrap_or_else(|e| e.into_inner());
         if dbs.iter().any(|d| d.id == id) {
-            return Err(ApiError::Conflict(format!("database '{id}' already exists")));
+            return Err(ApiError::Conflict(format!(
+                "database '{id}' already exists"
+            )));
         }
         self.log(&Record::CreateDatabase {
             resource: resource.clone(),
@@ -357,7 +363,9 @@ impl Store {
         let index = dbs
             .iter()
             .position(|d| d.id == name_or_rid || d.rid == name_or_rid)
-            .ok_or_else(|| ApiError::NotFound(format!("database '{name_or_rid}' does not exist")))?;
+            .ok_or_else(|| {
+                ApiError::NotFound(format!("database '{name_or_rid}' does not exist"))
+            })?;
         self.log(&Record::DeleteDatabase {
             id: dbs[index].id.clone(),
         })?;
@@ -391,10 +399,9 @@ impl Store {
         existing: Option<&Value>,
     ) -> ApiResult<Value> {
         let id = resource_id_field(body)?;
-        let mut pk = body
-            .get("partitionKey")
-            .cloned()
-            .ok_or_else(|| ApiError::BadRequest("partitionKey is required when creating a container".into()))?;
+        let mut pk = body.get("partitionKey").cloned().ok_or_else(|| {
+            ApiError::BadRequest("partitionKey is required when creating a container".into())
+        })?;
         if let Some(map) = pk.as_object_mut() {
             map.entry("kind").or_insert_with(|| json!("Hash"));
             map.entry("version").or_insert_with(|| json!(2));
@@ -441,7 +448,10 @@ impl Store {
                     map.entry("geospatialConfig")
                         .or_insert_with(|| json!({"type": "Geography"}));
                     map.insert("_rid".into(), json!(rid));
-                    map.insert("_self".into(), json!(format!("dbs/{}/colls/{rid}/", db.rid)));
+                    map.insert(
+                        "_self".into(),
+                        json!(format!("dbs/{}/colls/{rid}/", db.rid)),
+                    );
                     map.insert("_etag".into(), json!(new_etag()));
                     map.insert("_docs".into(), json!("docs/"));
                     map.insert("_sprocs".into(), json!("sprocs/"));
@@ -489,7 +499,9 @@ impl Store {
             partitions: split_ranges(partitions)
                 .into_iter()
                 .enumerate()
-                .map(|(i, range)| Partition::new(i, range, f64::INFINITY, self.layout.partition_slots))
+                .map(|(i, range)| {
+                    Partition::new(i, range, f64::INFINITY, self.layout.partition_slots)
+                })
                 .collect(),
             throughput: Mutex::new(throughput),
         };
@@ -503,7 +515,9 @@ impl Store {
         let index = containers
             .iter()
             .position(|c| c.id == name_or_rid || c.rid == name_or_rid)
-            .ok_or_else(|| ApiError::NotFound(format!("container '{name_or_rid}' does not exist")))?;
+            .ok_or_else(|| {
+                ApiError::NotFound(format!("container '{name_or_rid}' does not exist"))
+            })?;
         self.log(&Record::DeleteContainer {
             database: db.id.clone(),
             id: containers[index].id.clone(),
@@ -580,13 +594,24 @@ impl Store {
     ) -> ApiResult<Document> {
         let id = match body.get("id") {
             Some(Value::String(id)) => id.clone(),
-            Some(_) => return Err(ApiError::BadRequest("the document's \"id\" must be a string".into())),
-            None => return Err(ApiError::BadRequest("the document has no \"id\" property".into())),
+            Some(_) => {
+                return Err(ApiError::BadRequest(
+                    "the document's \"id\" must be a string".into(),
+                ))
+            }
+            None => {
+                return Err(ApiError::BadRequest(
+                    "the document has no \"id\" property".into(),
+                ))
+            }
         };
         validate_id(&id)?;
         let key = LogicalKey::from_document(&body, &container.partition_key)
             .map_err(|e| ApiError::BadRequest(e.0))?;
-        let rid = match previous.and_then(|p| p.body.get("_rid")).and_then(Value::as_str) {
+        let rid = match previous
+            .and_then(|p| p.body.get("_rid"))
+            .and_then(Value::as_str)
+        {
             Some(rid) => rid.to_owned(),
             None => {
                 let mut bytes = decode_rid(&container.rid).unwrap_or_default();
@@ -595,7 +620,9 @@ impl Store {
             }
         };
         let Some(map) = body.as_object_mut() else {
-            return Err(ApiError::BadRequest("a document must be a JSON object".into()));
+            return Err(ApiError::BadRequest(
+                "a document must be a JSON object".into(),
+            ));
         };
         map.insert(
             "_self".into(),

@@ -236,9 +236,8 @@ impl PartitionData {
         }
         // Only report a continuation if something remains after the last returned row.
         if let Some(last) = page.last_seq {
-            let more = candidates.any(|(_, doc)| {
-                scope.admits(doc) && query.matches(&doc.body).unwrap_or(false)
-            });
+            let more = candidates
+                .any(|(_, doc)| scope.admits(doc) && query.matches(&doc.body).unwrap_or(false));
             if !more {
                 page.last_seq = None;
             } else {

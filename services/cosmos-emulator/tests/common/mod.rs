@@ -80,7 +80,11 @@ impl Emulator {
     }
 }
 
-pub async fn client_for(endpoint: &str, key: &str, max_throttle_retries: Option<u32>) -> CosmosClient {
+pub async fn client_for(
+    endpoint: &str,
+    key: &str,
+    max_throttle_retries: Option<u32>,
+) -> CosmosClient {
     let endpoint: AccountEndpoint = endpoint.parse().expect("endpoint");
     let account = AccountReference::with_authentication_key(endpoint, Secret::from(key.to_owned()));
     let mut builder = CosmosClient::builder();

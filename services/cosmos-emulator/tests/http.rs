@@ -1,0 +1,475 @@
+//! The REST surface over raw HTTP/1.1 and HTTP/2 cleartext: errors, preconditions,
+//! binary JSON, partition key range etags, metrics, and robustness on arbitrary input.
+
+mod common;
+
+use axum::body::Body;
+use axum::http::Request;
+use base64::Engine;
+use common::{config, Emulator};
+use hmac::{Hmac, Mac};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use sha2::Sha256;
+use tower::ServiceExt;
+
+const KEY: &str = cosmos_emulator::PUBLIC_EMULATOR_KEY;
+
+/// Signs like the SDK: `verb\ntype\nlink\ndate\n\n` with HMAC-SHA256 over the key.
+fn authorization(verb: &str, resource_type: &str, link: &str, date: &str) -> String {
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(KEY)
+        .expect("key is base64");
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("hmac key");
+    mac.update(
+        format!(
+            "{}\n{}\n{}\n{}\n\n",
+            verb.to_lowercase(),
+            resource_type,
+            link,
+            date.to_lowercase()
+        )
+        .as_bytes(),
+    );
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    percent_encoding::utf8_percent_encode(
+        &format!("type=master&ver=1.0&sig={sig}"),
+        percent_encoding::NON_ALPHANUMERIC,
+    )
+    .to_string()
+}
+
+struct Raw {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Raw {
+    fn new(emulator: &Emulator, http2: bool) -> Self {
+        let builder = reqwest::Client::builder();
+        let builder = if http2 {
+            builder.http2_prior_knowledge()
+        } else {
+            builder.http1_only()
+        };
+        Self {
+            http: builder.build().expect("http client"),
+            base: emulator.endpoint(),
+        }
+    }
+
+    /// Sends a signed request; `resource_type`/`link` are what the signature covers.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        (resource_type, link): (&str, &str),
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> reqwest::Response {
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        let mut request = self
+            .http
+            .request(
+                method.clone(),
+                format!("{}{}", self.base, path.trim_start_matches('/')),
+            )
+            .header("x-ms-date", &date)
+            .header("x-ms-version", "2020-07-15")
+            .header(
+                "authorization",
+                authorization(method.as_str(), resource_type, link, &date),
+            );
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        request.send().await.expect("request is answered")
+    }
+}
+
+async fn json_of(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn setup(raw: &Raw) {
+    let body = serde_json::to_vec(&json!({"id": "db"})).expect("json");
+    let (status, _) = json_of(
+        raw.send(reqwest::Method::POST, "/dbs", ("dbs", ""), &[], Some(body))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    let body = serde_json::to_vec(
+        &json!({"id": "c", "partitionKey": {"paths": ["/pk"], "kind": "Hash", "version": 2}}),
+    )
+    .expect("json");
+    let (status, _) = json_of(
+        raw.send(
+            reqwest::Method::POST,
+            "/dbs/db/colls",
+            ("colls", "dbs/db"),
+            &[("x-ms-offer-throughput", "400")],
+            Some(body),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+}
+
+#[tokio::test]
+async fn errors_use_the_cosmos_shape_and_status_codes() {
+    let emulator = Emulator::start(config(2)).await;
+    for http2 in [false, true] {
+        let raw = Raw::new(&emulator, http2);
+        let unsigned = raw
+            .http
+            .get(format!("{}dbs", raw.base))
+            .send()
+            .await
+            .expect("answered");
+        let (status, body) = json_of(unsigned).await;
+        assert_eq!(status, 401);
+        assert_eq!(body["code"], "Unauthorized");
+        assert!(body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("authorization"));
+
+        let (status, body) = json_of(
+            raw.send(
+                reqwest::Method::GET,
+                "/dbs/nope",
+                ("dbs", "dbs/nope"),
+                &[],
+                None,
+            )
+            .await,
+        )
+        .await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("NotFound")));
+
+        // Signed for a different resource: the signature does not match.
+        let (status, _) = json_of(
+            raw.send(
+                reqwest::Method::GET,
+                "/dbs/nope",
+                ("dbs", "dbs/other"),
+                &[],
+                None,
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 401);
+    }
+    emulator.stop().await;
+}
+
+#[tokio::test]
+async fn documents_preconditions_binary_json_and_bad_bodies() {
+    let emulator = Emulator::start(config(2)).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    let docs = ("docs", "dbs/db/colls/c");
+
+    // Binary JSON (what the SDK sends by default) is accepted.
+    let doc = json!({"id": "a", "pk": "p1", "n": 1});
+    let binary = azure_data_cosmos_driver::binary_json::encode(&doc);
+    let (status, created) = json_of(
+        raw.send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &[("x-ms-documentdb-partitionkey", r#"["p1"]"#)],
+            Some(binary),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(created["n"], 1);
+    let etag = created["_etag"].as_str().expect("etag").to_owned();
+
+    // The partition key in the header must match the document's.
+    let (status, body) = json_of(
+        raw.send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &[("x-ms-documentdb-partitionkey", r#"["p2"]"#)],
+            Some(serde_json::to_vec(&json!({"id": "b", "pk": "p1"})).expect("json")),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(body["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("PartitionKey"));
+
+    for bad in [
+        &b"{not json"[..],
+        b"[]",
+        b"{\"pk\":\"p1\"}",
+        b"{\"id\":5,\"pk\":\"p1\"}",
+        b"{\"id\":\"a/b\",\"pk\":\"p1\"}",
+    ] {
+        let (status, body) = json_of(
+            raw.send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &[],
+                Some(bad.to_vec()),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{}", String::from_utf8_lossy(bad));
+        assert_eq!(body["code"], "BadRequest");
+    }
+
+    let doc_link = ("docs", "dbs/db/colls/c/docs/a");
+    let replacement = serde_json::to_vec(&json!({"id": "a", "pk": "p1", "n": 2})).expect("json");
+    let (status, _) = json_of(
+        raw.send(
+            reqwest::Method::PUT,
+            "/dbs/db/colls/c/docs/a",
+            doc_link,
+            &[
+                ("x-ms-documentdb-partitionkey", r#"["p1"]"#),
+                ("if-match", "\"stale\""),
+            ],
+            Some(replacement.clone()),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 412, "a stale etag fails the precondition");
+    let (status, replaced) = json_of(
+        raw.send(
+            reqwest::Method::PUT,
+            "/dbs/db/colls/c/docs/a",
+            doc_link,
+            &[
+                ("x-ms-documentdb-partitionkey", r#"["p1"]"#),
+                ("if-match", etag.as_str()),
+            ],
+            Some(replacement),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((status, replaced["n"].as_i64()), (200, Some(2)));
+
+    // A point read without the partition key header is a client error, not a 500.
+    let (status, _) = json_of(
+        raw.send(
+            reqwest::Method::GET,
+            "/dbs/db/colls/c/docs/a",
+            doc_link,
+            &[],
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    emulator.stop().await;
+}
+
+#[tokio::test]
+async fn partition_key_ranges_are_a_change_feed_with_etags() {
+    let emulator = Emulator::start(config(3)).await;
+    let raw = Raw::new(&emulator, true);
+    setup(&raw).await;
+    let link = ("pkranges", "dbs/db/colls/c");
+    let first = raw
+        .send(
+            reqwest::Method::GET,
+            "/dbs/db/colls/c/pkranges",
+            link,
+            &[("a-im", "Incremental feed")],
+            None,
+        )
+        .await;
+    let etag = first
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .expect("etag")
+        .to_owned();
+    let (status, body) = json_of(first).await;
+    assert_eq!(status, 200);
+    let ranges = body["PartitionKeyRanges"].as_array().expect("ranges");
+    assert_eq!(ranges.len(), 3);
+    assert_eq!(ranges[0]["minInclusive"], "");
+    assert_eq!(ranges[2]["maxExclusive"], "FF");
+    assert_eq!(ranges[0]["maxExclusive"], ranges[1]["minInclusive"]);
+    let again = raw
+        .send(
+            reqwest::Method::GET,
+            "/dbs/db/colls/c/pkranges",
+            link,
+            &[
+                ("a-im", "Incremental feed"),
+                ("if-none-match", etag.as_str()),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(again.status().as_u16(), 304);
+    emulator.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_and_stats_report_per_partition_counters() {
+    let emulator = Emulator::start(config(2)).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    for i in 0..6 {
+        let doc = serde_json::to_vec(&json!({"id": format!("d{i}"), "pk": format!("p{i}")}))
+            .expect("json");
+        let response = raw
+            .send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                ("docs", "dbs/db/colls/c"),
+                &[],
+                Some(doc),
+            )
+            .await;
+        assert_eq!(response.status().as_u16(), 201);
+    }
+    let stats = emulator.stats().await;
+    let c = &stats.databases[0].containers[0];
+    assert_eq!(c.documents, 6);
+    assert_eq!(c.provisioned_ru_per_partition, Some(200.0));
+    assert_eq!(
+        c.partitions
+            .iter()
+            .map(|p| p
+                .counters
+                .requests_by_status
+                .get("201")
+                .copied()
+                .unwrap_or(0))
+            .sum::<u64>(),
+        6
+    );
+    assert!(c.ru_total > 6.0 * 5.0);
+    let metrics = reqwest::get(format!("{}metrics", emulator.endpoint()))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("cosmos_emulator_requests_total{database=\"db\",container=\"c\",partition=\"0\",status=\"201\"}"));
+    assert!(metrics.contains("cosmos_emulator_provisioned_request_units_per_second{database=\"db\",container=\"c\",partition=\"1\"} 200"));
+    emulator.reset_stats().await;
+    assert_eq!(
+        emulator.stats().await.databases[0].containers[0].requests,
+        0
+    );
+    emulator.stop().await;
+}
+
+fn signed_request(
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) -> Request<Body> {
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let trimmed = path.trim_matches('/');
+    let segments: Vec<&str> = trimmed.split('/').collect();
+    let (resource_type, link) = if trimmed.is_empty() {
+        (String::new(), String::new())
+    } else if segments.len() % 2 == 1 {
+        (
+            segments[segments.len() - 1].to_owned(),
+            segments[..segments.len() - 1].join("/"),
+        )
+    } else {
+        (segments[segments.len() - 2].to_owned(), trimmed.to_owned())
+    };
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("x-ms-date", &date)
+        .header(
+            "authorization",
+            authorization(method, &resource_type, &link, &date),
+        );
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    builder.body(Body::from(body)).expect("request")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, .. ProptestConfig::default() })]
+
+    /// Arbitrary signed requests — paths, Cosmos headers, bodies — never panic and never
+    /// produce a 5xx: the user's mistake is always a 4xx.
+    #[test]
+    fn arbitrary_requests_never_fail_the_server(
+        method in prop::sample::select(vec!["GET", "POST", "PUT", "DELETE"]),
+        path in prop::sample::select(vec![
+            "/", "/dbs", "/dbs/db", "/dbs/db/colls", "/dbs/db/colls/c", "/dbs/db/colls/c/docs",
+            "/dbs/db/colls/c/docs/x", "/dbs/db/colls/c/pkranges", "/offers", "/offers/x", "/dbs/db/colls/c/docs/x/y",
+        ]),
+        header_values in prop::collection::vec((
+            prop::sample::select(vec![
+                "x-ms-documentdb-partitionkey", "x-ms-documentdb-isquery", "x-ms-cosmos-is-query-plan-request",
+                "x-ms-documentdb-partitionkeyrangeid", "x-ms-start-epk", "x-ms-end-epk", "x-ms-max-item-count",
+                "x-ms-continuation", "x-ms-offer-throughput", "x-ms-documentdb-is-upsert", "if-match",
+            ]),
+            prop::sample::select(vec![
+                "True", "[\"p\"]", "[1,2]", "[]", "-1", "0", "zz", "{\"p\":0,\"s\":1,\"n\":0}", "3FFF", "", "1000000000", "[{}]", "[null]",
+            ]),
+        ), 0..4),
+        body in prop_oneof![
+            Just(b"{\"id\":\"x\",\"pk\":\"p\"}".to_vec()),
+            Just(b"{\"query\":\"SELECT * FROM c WHERE c.pk = @p\",\"parameters\":[{\"name\":\"@p\",\"value\":\"p\"}]}".to_vec()),
+            Just(b"{\"query\":\"SELECT VALUE COUNT(1) FROM c\"}".to_vec()),
+            Just(b"{\"id\":\"c\",\"partitionKey\":{\"paths\":[\"/pk\"]}}".to_vec()),
+            prop::collection::vec(any::<u8>(), 0..64),
+            "\\PC{0,80}".prop_map(String::into_bytes),
+        ],
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let state = cosmos_emulator::AppState::new(&config(3)).expect("state");
+            let app = cosmos_emulator::build_app(state);
+            let setup = [
+                signed_request("POST", "/dbs", &[], br#"{"id":"db"}"#.to_vec()),
+                signed_request(
+                    "POST",
+                    "/dbs/db/colls",
+                    &[("x-ms-offer-throughput".into(), "400".into())],
+                    br#"{"id":"c","partitionKey":{"paths":["/pk"],"kind":"Hash","version":2}}"#.to_vec(),
+                ),
+            ];
+            for request in setup {
+                let response = app.clone().oneshot(request).await.expect("infallible");
+                assert_eq!(response.status().as_u16(), 201);
+            }
+            let headers: Vec<(String, String)> =
+                header_values.into_iter().map(|(n, v)| (n.to_owned(), v.to_owned())).collect();
+            let response = app
+                .oneshot(signed_request(method, path, &headers, body))
+                .await
+                .expect("infallible");
+            prop_assert!(response.status().as_u16() < 500, "{} {} -> {}", method, path, response.status());
+            Ok(())
+        })?;
+    }
+}
