@@ -148,12 +148,14 @@ pub async fn dispatch(
     body: Bytes,
 ) -> Response {
     let activity_id = headers.get(headers::ACTIVITY_ID).cloned();
-    let request_line = format!("{method} {}", uri.path());
+    let logged_method = tracing::enabled!(tracing::Level::DEBUG).then(|| method.clone());
     let mut response = match handle(&state, method, &uri, headers, body).await {
         Ok(r) => r.into_response(),
         Err(e) => e.into_response(),
     };
-    tracing::debug!(request = %request_line, status = response.status().as_u16(), "served");
+    if let Some(method) = logged_method {
+        tracing::debug!(%method, path = uri.path(), status = response.status().as_u16(), "served");
+    }
     if let Some(id) = activity_id {
         response.headers_mut().insert(headers::ACTIVITY_ID, id);
     }

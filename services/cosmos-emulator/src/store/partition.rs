@@ -36,7 +36,7 @@ impl Document {
             .as_object()
             .map(|m| {
                 m.iter()
-                    .filter(|(k, v)| !k.starts_with('_') && index_key(v).is_some())
+                    .filter(|(k, v)| is_indexed(k) && index_key(v).is_some())
                     .count()
             })
             .unwrap_or(0)
@@ -68,10 +68,17 @@ impl Scope {
 pub struct PartitionData {
     /// Documents in insertion order: the order queries return them and continue from.
     by_seq: BTreeMap<u64, Arc<Document>>,
-    by_key: HashMap<(String, String), u64>,
+    /// Logical partition key → id → sequence number (nested so lookups borrow `&str`).
+    by_key: HashMap<String, HashMap<String, u64>>,
     /// Equality index over top-level scalar properties: field → value → sequence numbers.
     index: HashMap<String, HashMap<String, BTreeSet<u64>>>,
     next_seq: u64,
+}
+
+/// System properties (`_rid`, `_etag`, `_ts`, …) are unique per document and never
+/// filtered on by the lab, so they stay out of the index.
+fn is_indexed(field: &str) -> bool {
+    !field.starts_with('_')
 }
 
 /// Index key of a scalar value; numbers compare by value (3 and 3.0 are equal).
@@ -87,9 +94,7 @@ fn index_key(value: &Value) -> Option<String> {
 
 impl PartitionData {
     pub fn get(&self, partition_key: &str, id: &str) -> Option<&Arc<Document>> {
-        let seq = self
-            .by_key
-            .get(&(partition_key.to_owned(), id.to_owned()))?;
+        let seq = self.by_key.get(partition_key)?.get(id)?;
         self.by_seq.get(seq)
     }
 
@@ -103,9 +108,13 @@ impl PartitionData {
 
     /// Inserts or replaces; a replaced document keeps its position in query order.
     pub fn put(&mut self, doc: Document) {
-        let key = (doc.partition_key.clone(), doc.id.clone());
-        let seq = match self.by_key.get(&key) {
-            Some(&seq) => {
+        let existing = self
+            .by_key
+            .get(&doc.partition_key)
+            .and_then(|ids| ids.get(&doc.id))
+            .copied();
+        let seq = match existing {
+            Some(seq) => {
                 if let Some(old) = self.by_seq.remove(&seq) {
                     self.unindex(seq, &old);
                 }
@@ -113,7 +122,10 @@ impl PartitionData {
             }
             None => {
                 self.next_seq += 1;
-                self.by_key.insert(key, self.next_seq);
+                self.by_key
+                    .entry(doc.partition_key.clone())
+                    .or_default()
+                    .insert(doc.id.clone(), self.next_seq);
                 self.next_seq
             }
         };
@@ -122,9 +134,11 @@ impl PartitionData {
     }
 
     pub fn remove(&mut self, partition_key: &str, id: &str) -> Option<Arc<Document>> {
-        let seq = self
-            .by_key
-            .remove(&(partition_key.to_owned(), id.to_owned()))?;
+        let ids = self.by_key.get_mut(partition_key)?;
+        let seq = ids.remove(id)?;
+        if ids.is_empty() {
+            self.by_key.remove(partition_key);
+        }
         let doc = self.by_seq.remove(&seq)?;
         self.unindex(seq, &doc);
         Some(doc)
@@ -134,7 +148,7 @@ impl PartitionData {
         let Some(map) = doc.body.as_object() else {
             return;
         };
-        for (field, value) in map {
+        for (field, value) in map.iter().filter(|(k, _)| is_indexed(k)) {
             if let Some(key) = index_key(value) {
                 self.index
                     .entry(field.clone())
@@ -150,7 +164,7 @@ impl PartitionData {
         let Some(map) = doc.body.as_object() else {
             return;
         };
-        for (field, value) in map {
+        for (field, value) in map.iter().filter(|(k, _)| is_indexed(k)) {
             let Some(key) = index_key(value) else {
                 continue;
             };
