@@ -1,0 +1,316 @@
+//! Cosmos DB access shared by the backends: connection settings, the SDK client, and
+//! turning the SDK's per-attempt diagnostics into client spans and metrics.
+//!
+//! The SDK retries 429s itself; it does not emit spans we can parent. After each
+//! operation its diagnostics list every HTTP attempt with status, sub-status, charge,
+//! session token (whose prefix is the partition key range id) and start/end instants.
+//! [`CosmosTelemetry::record`] replays those attempts as spans at their real times, so a
+//! 429 and the wait before its retry show as the gap they are.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use azure_core::credentials::Secret;
+use azure_data_cosmos::options::{OperationOptionsBuilder, ThrottlingRetryOptionsBuilder};
+use azure_data_cosmos::{AccountEndpoint, AccountReference, CosmosClient, RoutingStrategy};
+use azure_data_cosmos_driver::diagnostics::DiagnosticsContext;
+use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::metrics::MetricsRegistry;
+use crate::telemetry::Telemetry;
+
+/// The public key of the Cosmos DB emulator (also dronelab's emulator default).
+pub const PUBLIC_EMULATOR_KEY: &str =
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+
+/// A secret that never appears in logs or `Debug` output.
+#[derive(Clone)]
+pub struct SecretString(String);
+
+impl SecretString {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for SecretString {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().is_empty() {
+            Err("must not be empty".into())
+        } else {
+            Ok(Self(s.trim().to_owned()))
+        }
+    }
+}
+
+/// Where the Cosmos account is and how the SDK retries throttled requests.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CosmosArgs {
+    /// Cosmos DB account endpoint.
+    #[arg(long = "cosmos-endpoint", env = "COSMOS_ENDPOINT", default_value = "http://127.0.0.1:8081")]
+    pub endpoint: String,
+    /// Cosmos DB master key.
+    #[arg(long = "cosmos-key", env = "COSMOS_KEY", default_value = PUBLIC_EMULATOR_KEY,
+          hide_default_value = true, hide_env_values = true)]
+    pub key: SecretString,
+    /// Database holding the lab's containers.
+    #[arg(long = "cosmos-database", env = "COSMOS_DATABASE", default_value = "dronedelivery")]
+    pub database: String,
+    /// Retries of a throttled (429) request before giving up (SDK default: 9).
+    #[arg(long = "cosmos-max-retries", env = "COSMOS_MAX_RETRIES")]
+    pub max_retries: Option<u32>,
+    /// Longest total wait across 429 retries, in seconds (SDK default: 30).
+    #[arg(long = "cosmos-max-retry-wait-secs", env = "COSMOS_MAX_RETRY_WAIT_SECS")]
+    pub max_retry_wait_secs: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("invalid Cosmos endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("cannot reach Cosmos DB at {endpoint}: {source}")]
+    Client {
+        endpoint: String,
+        source: azure_data_cosmos::CosmosError,
+    },
+}
+
+impl CosmosArgs {
+    /// Builds the SDK client (reads the account once).
+    pub async fn connect(&self) -> Result<CosmosClient, ConnectError> {
+        let endpoint: AccountEndpoint =
+            self.endpoint
+                .parse()
+                .map_err(|e: azure_data_cosmos::CosmosError| ConnectError::Endpoint {
+                    endpoint: self.endpoint.clone(),
+                    reason: e.to_string(),
+                })?;
+        let account = AccountReference::with_authentication_key(
+            endpoint,
+            Secret::from(self.key.expose().to_owned()),
+        );
+        let mut builder = CosmosClient::builder();
+        if self.max_retries.is_some() || self.max_retry_wait_secs.is_some() {
+            let mut retry = ThrottlingRetryOptionsBuilder::new();
+            if let Some(n) = self.max_retries {
+                retry = retry.with_max_retry_count(n);
+            }
+            if let Some(secs) = self.max_retry_wait_secs {
+                retry = retry.with_max_retry_wait_time(Duration::from_secs(secs));
+            }
+            builder = builder.with_default_operation_options(
+                OperationOptionsBuilder::new()
+                    .with_throttling_retry_options(retry.build())
+                    .build(),
+            );
+        }
+        // Only the region the account advertises is used; the name is informational.
+        builder
+            .build(account, RoutingStrategy::ProximityTo("Local".into()))
+            .await
+            .map_err(|source| ConnectError::Client {
+                endpoint: self.endpoint.clone(),
+                source,
+            })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CosmosLabels {
+    pub operation: String,
+    pub container: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub operation: String,
+    pub container: String,
+}
+
+/// Spans and metrics for Cosmos attempts.
+#[derive(Clone)]
+pub struct CosmosTelemetry {
+    telemetry: Telemetry,
+    requests: Family<CosmosLabels, Counter>,
+    request_units: Family<OperationLabels, Histogram>,
+    calls_per_operation: Family<OperationLabels, Histogram>,
+}
+
+/// What one logical operation cost, summed over its attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OperationCost {
+    pub attempts: u32,
+    pub throttled: u32,
+    pub request_units: f64,
+}
+
+impl OperationCost {
+    pub fn add(&mut self, other: OperationCost) {
+        self.attempts += other.attempts;
+        self.throttled += other.throttled;
+        self.request_units += other.request_units;
+    }
+}
+
+/// Maps the SDK's `Instant`s onto wall-clock time for span timestamps.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockAnchor {
+    instant: Instant,
+    system: SystemTime,
+}
+
+impl ClockAnchor {
+    pub fn now() -> Self {
+        Self {
+            instant: Instant::now(),
+            system: SystemTime::now(),
+        }
+    }
+
+    pub fn to_system(self, at: Instant) -> SystemTime {
+        if at >= self.instant {
+            self.system + (at - self.instant)
+        } else {
+            self.system - (self.instant - at)
+        }
+    }
+}
+
+impl CosmosTelemetry {
+    pub fn new(telemetry: Telemetry, registry: &MetricsRegistry) -> Self {
+        let this = Self {
+            telemetry,
+            requests: Family::default(),
+            request_units: Family::new_with_constructor(|| {
+                Histogram::new([1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0, 250.0])
+            }),
+            calls_per_operation: Family::new_with_constructor(|| {
+                Histogram::new([1.0, 2.0, 3.0, 5.0, 9.0, 10.0, 12.0, 15.0, 20.0, 40.0])
+            }),
+        };
+        registry.register(
+            "cosmos_requests",
+            "Cosmos DB HTTP attempts by operation, container and status (429 = throttled)",
+            this.requests.clone(),
+        );
+        registry.register(
+            "cosmos_request_units",
+            "Request units charged per logical Cosmos operation",
+            this.request_units.clone(),
+        );
+        registry.register(
+            "cosmos_calls_per_operation",
+            "Cosmos HTTP attempts per logical operation (fan-out and retries)",
+            this.calls_per_operation.clone(),
+        );
+        this
+    }
+
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Records every attempt in `diagnostics` as a client span under `parent` and in
+    /// the metrics; returns what the attempts cost.
+    pub fn record(
+        &self,
+        parent: &Context,
+        anchor: ClockAnchor,
+        diagnostics: Option<&Arc<DiagnosticsContext>>,
+        operation: &str,
+        container: &str,
+    ) -> OperationCost {
+        let mut cost = OperationCost::default();
+        let Some(diagnostics) = diagnostics else {
+            return cost;
+        };
+        let tracer = self.telemetry.tracer();
+        let requests = diagnostics.requests();
+        let mut attempts_per_range: std::collections::HashMap<String, i64> = Default::default();
+        for attempt in requests.iter() {
+            let status = u16::from(attempt.status().status_code());
+            let sub_status = attempt.status().sub_status().map(|s| i64::from(s.value()));
+            let charge = attempt.request_charge().value();
+            // Session tokens are "<partition key range id>:<token>".
+            let range = attempt
+                .session_token()
+                .and_then(|t| t.split_once(':'))
+                .map(|(range, _)| range.to_owned())
+                .unwrap_or_default();
+            let number = attempts_per_range.entry(range.clone()).or_insert(0);
+            *number += 1;
+            let start = anchor.to_system(attempt.started_at());
+            let end = anchor.to_system(
+                attempt
+                    .completed_at()
+                    .unwrap_or_else(|| attempt.started_at() + Duration::from_millis(attempt.duration_ms())),
+            );
+            let mut attributes = vec![
+                KeyValue::new("db.system.name", "azure.cosmosdb"),
+                KeyValue::new("db.operation.name", operation.to_owned()),
+                KeyValue::new("db.collection.name", container.to_owned()),
+                KeyValue::new("db.response.status_code", i64::from(status).to_string()),
+                KeyValue::new("azure.cosmosdb.operation.request_charge", charge),
+                KeyValue::new("azure.cosmosdb.attempt", *number),
+                KeyValue::new("azure.cosmosdb.execution_context", attempt.execution_context().as_str().to_owned()),
+            ];
+            if let Some(sub) = sub_status {
+                attributes.push(KeyValue::new("azure.cosmosdb.response.sub_status_code", sub));
+            }
+            if !range.is_empty() {
+                attributes.push(KeyValue::new("azure.cosmosdb.partition_key_range_id", range));
+            }
+            let mut span = tracer
+                .span_builder(format!("{operation} {container}"))
+                .with_kind(SpanKind::Client)
+                .with_start_time(start)
+                .with_attributes(attributes)
+                .start_with_context(tracer, parent);
+            if status == 429 {
+                span.set_status(Status::error("throttled (429): request rate is large"));
+                cost.throttled += 1;
+            } else if status >= 400 && status != 404 {
+                span.set_status(Status::error(format!("HTTP {status}")));
+            }
+            span.end_with_timestamp(end);
+            cost.attempts += 1;
+            cost.request_units += charge;
+            self.requests
+                .get_or_create(&CosmosLabels {
+                    operation: operation.to_owned(),
+                    container: container.to_owned(),
+                    status,
+                })
+                .inc();
+        }
+        cost
+    }
+
+    /// Records one logical operation's totals (RU and calls per operation).
+    pub fn record_operation(&self, operation: &str, container: &str, cost: OperationCost) {
+        let labels = OperationLabels {
+            operation: operation.to_owned(),
+            container: container.to_owned(),
+        };
+        self.request_units
+            .get_or_create(&labels)
+            .observe(cost.request_units);
+        self.calls_per_operation
+            .get_or_create(&labels)
+            .observe(f64::from(cost.attempts));
+    }
+}

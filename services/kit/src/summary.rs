@@ -1,0 +1,199 @@
+//! A backend that answers with an owner's monthly summary document: one point read by
+//! id and partition key (`/ownerId`). The delivery and package services are this, with
+//! their own container and response shape.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use azure_data_cosmos::clients::ContainerClient;
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::KeyValue;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::cosmos::{ClockAnchor, CosmosArgs, CosmosTelemetry};
+use crate::server::{self, Instrumentation, Limits, RequestContext};
+use crate::{OwnerMonth, Problem, Telemetry};
+
+/// What distinguishes one summary backend from another.
+pub trait Summary: DeserializeOwned + Serialize + Default + Send + Sync + 'static {
+    /// Cosmos container holding the summaries.
+    const CONTAINER: &'static str;
+    /// The route, e.g. `/api/deliveries/summary`.
+    const ROUTE: &'static str;
+}
+
+/// Command-line configuration of a summary backend.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SummaryArgs {
+    #[command(flatten)]
+    pub cosmos: CosmosArgs,
+}
+
+/// Why a summary could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error("{}", .0.title)]
+    BadRequest(Problem),
+    #[error("Cosmos DB is throttling requests (429) beyond the retry budget")]
+    Throttled,
+    #[error("Cosmos DB request failed: {0}")]
+    Cosmos(String),
+}
+
+impl IntoResponse for SummaryError {
+    fn into_response(self) -> Response {
+        match self {
+            SummaryError::BadRequest(problem) => problem.into_response(),
+            SummaryError::Throttled => {
+                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Cosmos DB is throttling")
+                    .with_detail(self.to_string())
+                    .with_retry_after(1)
+                    .into_response()
+            }
+            SummaryError::Cosmos(_) => Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
+                .with_detail(self.to_string())
+                .into_response(),
+        }
+    }
+}
+
+pub struct SummaryState<S> {
+    container: ContainerClient,
+    cosmos: CosmosTelemetry,
+    instrumentation: Instrumentation,
+    _summary: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: Summary> SummaryState<S> {
+    pub async fn connect(args: &SummaryArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
+        let client = args.cosmos.connect().await.map_err(|e| e.to_string())?;
+        let container = client
+            .database_client(&args.cosmos.database)
+            .container_client(S::CONTAINER, None)
+            .await
+            .map_err(|e| {
+                format!(
+                    "container {}/{} is not reachable: {e}",
+                    args.cosmos.database,
+                    S::CONTAINER
+                )
+            })?;
+        let instrumentation = Instrumentation::new(telemetry.clone());
+        let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
+        Ok(Arc::new(Self {
+            container,
+            cosmos,
+            instrumentation,
+            _summary: std::marker::PhantomData,
+        }))
+    }
+}
+
+pub fn build_app<S: Summary>(state: Arc<SummaryState<S>>) -> Router {
+    let readiness: server::ReadinessCheck = {
+        let state = state.clone();
+        Arc::new(move || {
+            let state = state.clone();
+            Box::pin(async move {
+                state
+                    .container
+                    .read(None)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("container {} is not readable: {e}", S::CONTAINER))
+            })
+        })
+    };
+    let instrumentation = state.instrumentation.clone();
+    let app = Router::new()
+        .route(S::ROUTE, get(summary::<S>))
+        .with_state(state);
+    server::standard(app, instrumentation, readiness, Limits::default())
+}
+
+async fn summary<S: Summary>(
+    State(state): State<Arc<SummaryState<S>>>,
+    RequestContext(cx): RequestContext,
+    RawQuery(query): RawQuery,
+) -> Result<Json<S>, SummaryError> {
+    let request = OwnerMonth::from_query(query.as_deref()).map_err(SummaryError::BadRequest)?;
+    let tracer = state.cosmos.telemetry().tracer();
+    let span = tracer
+        .span_builder(format!("read_item {}", S::CONTAINER))
+        .with_kind(SpanKind::Internal)
+        .with_attributes([
+            KeyValue::new("db.collection.name", S::CONTAINER),
+            KeyValue::new("dronelab.owner_id", request.owner_id.to_string()),
+        ])
+        .start_with_context(tracer, &cx);
+    let cx = cx.with_span(span);
+    let anchor = ClockAnchor::now();
+    let outcome = state
+        .container
+        .read_item(request.owner_id.to_string(), &request.summary_id(), None)
+        .await;
+    let diagnostics = match &outcome {
+        Ok(response) => Some(response.diagnostics()),
+        Err(e) => e.diagnostics(),
+    };
+    let cost = state
+        .cosmos
+        .record(&cx, anchor, diagnostics.as_ref(), "read_item", S::CONTAINER);
+    state
+        .cosmos
+        .record_operation("read_item", S::CONTAINER, cost);
+    cx.span().end();
+    match outcome {
+        Ok(response) => response
+            .into_model::<S>()
+            .map(Json)
+            .map_err(|e| SummaryError::Cosmos(format!("unexpected summary document: {e}"))),
+        // A month without deliveries has no summary document: zero, not an error.
+        Err(e) if u16::from(e.status().status_code()) == 404 => Ok(Json(S::default())),
+        Err(e) if u16::from(e.status().status_code()) == 429 => Err(SummaryError::Throttled),
+        Err(e) => Err(SummaryError::Cosmos(e.to_string())),
+    }
+}
+
+/// Serves a summary backend until `shutdown`.
+pub async fn run<S: Summary>(
+    listener: TcpListener,
+    state: Arc<SummaryState<S>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve(listener, build_app(state), shutdown).await
+}
+
+/// The `main` of a summary backend: flags, telemetry, connect, serve, flush.
+pub async fn main<S: Summary>(
+    service_name: &str,
+    listen: SocketAddr,
+    args: SummaryArgs,
+) -> std::process::ExitCode {
+    crate::telemetry::init_logging();
+    let telemetry = match Telemetry::from_env(service_name) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let state = match SummaryState::<S>::connect(&args, telemetry.clone()).await {
+        Ok(state) => state,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = crate::server::listen_and_serve(service_name, listen, build_app(state)).await;
+    telemetry.shutdown();
+    code
+}

@@ -1,0 +1,170 @@
+//! Tracing setup: one tracer provider per service, configured by the standard `OTEL_*`
+//! variables, exporting over OTLP gRPC (default, `127.0.0.1:4317`) or HTTP/protobuf
+//! (`OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`, `127.0.0.1:4318`), with W3C trace-context
+//! propagation. Services receive their [`Telemetry`] explicitly, so several can run in one
+//! test process, each with its own `service.name` and exporter.
+
+use std::sync::Arc;
+
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{noop::NoopTracer, TracerProvider as _};
+use opentelemetry::Context;
+use opentelemetry_otlp::{SpanExporter, WithExportConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter as SpanExporterTrait};
+use opentelemetry_sdk::Resource;
+
+const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
+const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0:?} is not supported (use grpc or http/protobuf)")]
+    UnsupportedProtocol(String),
+    #[error("could not build the OTLP exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// A service's tracer and the provider behind it (flushed on shutdown).
+#[derive(Clone)]
+pub struct Telemetry {
+    tracer: Arc<BoxedTracer>,
+    provider: Option<SdkTracerProvider>,
+    propagator: Arc<TraceContextPropagator>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("enabled", &self.provider.is_some())
+            .finish()
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Telemetry {
+    /// Builds telemetry from the environment; must run inside the Tokio runtime (the gRPC
+    /// exporter spawns onto it). `OTEL_SDK_DISABLED=true` gives a no-op tracer.
+    pub fn from_env(default_service_name: &str) -> Result<Self, TelemetryError> {
+        if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(Self::disabled());
+        }
+        let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+            .unwrap_or_else(|| "grpc".into());
+        let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
+        let exporter = match protocol.as_str() {
+            "grpc" => SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(endpoint.unwrap_or_else(|| DEFAULT_GRPC_ENDPOINT.into()))
+                .build()?,
+            "http/protobuf" => {
+                let base = endpoint.unwrap_or_else(|| DEFAULT_HTTP_ENDPOINT.into());
+                SpanExporter::builder()
+                    .with_http()
+                    .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
+                    .build()?
+            }
+            other => return Err(TelemetryError::UnsupportedProtocol(other.to_owned())),
+        };
+        let provider = SdkTracerProvider::builder()
+            .with_resource(resource(default_service_name))
+            .with_batch_exporter(exporter)
+            .build();
+        Ok(Self::from_provider(provider, default_service_name))
+    }
+
+    /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).
+    pub fn with_exporter<E>(service_name: &str, exporter: E) -> Self
+    where
+        E: SpanExporterTrait + 'static,
+    {
+        let provider = SdkTracerProvider::builder()
+            .with_resource(
+                Resource::builder_empty()
+                    .with_service_name(service_name.to_owned())
+                    .build(),
+            )
+            .with_simple_exporter(exporter)
+            .build();
+        Self::from_provider(provider, service_name)
+    }
+
+    /// No spans at all (`OTEL_SDK_DISABLED=true`).
+    pub fn disabled() -> Self {
+        Self {
+            tracer: Arc::new(BoxedTracer::new(Box::new(NoopTracer::new()))),
+            provider: None,
+            propagator: Arc::new(TraceContextPropagator::new()),
+        }
+    }
+
+    fn from_provider(provider: SdkTracerProvider, service_name: &str) -> Self {
+        let tracer = provider.tracer(service_name.to_owned());
+        Self {
+            tracer: Arc::new(BoxedTracer::new(Box::new(tracer))),
+            provider: Some(provider),
+            propagator: Arc::new(TraceContextPropagator::new()),
+        }
+    }
+
+    pub fn tracer(&self) -> &BoxedTracer {
+        &self.tracer
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// The trace context of an incoming request (`traceparent`/`tracestate`).
+    pub fn extract(&self, headers: &axum::http::HeaderMap) -> Context {
+        self.propagator
+            .extract(&opentelemetry_http::HeaderExtractor(headers))
+    }
+
+    /// Writes `cx` into outgoing headers.
+    pub fn inject(&self, cx: &Context, headers: &mut axum::http::HeaderMap) {
+        self.propagator
+            .inject_context(cx, &mut opentelemetry_http::HeaderInjector(headers));
+    }
+
+    /// Exports what is buffered and stops the exporter; call once at shutdown.
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.provider {
+            if let Err(e) = provider.force_flush() {
+                tracing::warn!(error = %e, "flushing spans failed");
+            }
+            if let Err(e) = provider.shutdown() {
+                tracing::debug!(error = %e, "tracer provider shutdown");
+            }
+        }
+    }
+}
+
+/// `service.name` from `OTEL_SERVICE_NAME` if set, else the crate's name; plus
+/// `OTEL_RESOURCE_ATTRIBUTES`.
+fn resource(default_service_name: &str) -> Resource {
+    let builder = Resource::builder();
+    if env("OTEL_SERVICE_NAME").is_some() {
+        builder.build()
+    } else {
+        builder
+            .with_service_name(default_service_name.to_owned())
+            .build()
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`); quiet in tests unless
+/// `TEST_LOG` is set.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

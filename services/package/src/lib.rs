@@ -1,0 +1,25 @@
+//! `package-service`: an owner's monthly package count and weight, a point read of the
+//! summary document in container `packages` (partition key `/ownerId`).
+
+use serde::{Deserialize, Serialize};
+use service_kit::summary::Summary;
+
+pub use service_kit::summary::{build_app, run, SummaryArgs, SummaryState};
+
+pub const SERVICE_NAME: &str = "package-service";
+
+/// `GET /api/packages/summary` → `{"count","totalWeightKg"}`; a month without a document
+/// is all zeros.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageSummary {
+    pub count: u64,
+    pub total_weight_kg: f64,
+}
+
+impl Summary for PackageSummary {
+    const CONTAINER: &'static str = "packages";
+    const ROUTE: &'static str = "/api/packages/summary";
+}
+
+pub type AppState = SummaryState<PackageSummary>;
