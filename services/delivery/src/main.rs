@@ -14,5 +14,10 @@ struct Cli {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    service_kit::summary::main::<delivery_service::DeliverySummary>(delivery_service::SERVICE_NAME, cli.listen, cli.summary).await
+    service_kit::summary::main::<delivery_service::DeliverySummary>(
+        delivery_service::SERVICE_NAME,
+        cli.listen,
+        cli.summary,
+    )
+    .await
 }

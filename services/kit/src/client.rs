@@ -16,7 +16,10 @@ pub struct TracedClient {
 /// What came back from a backend: status and body, or why nothing came back.
 #[derive(Debug)]
 pub enum CallOutcome {
-    Response { status: u16, body: bytes::Bytes },
+    Response {
+        status: u16,
+        body: bytes::Bytes,
+    },
     /// The connection could not be made (refused, reset before any response).
     ConnectFailed(String),
     TimedOut,
@@ -85,7 +88,10 @@ impl TracedClient {
         let span = cx.span();
         match &outcome {
             CallOutcome::Response { status, .. } => {
-                span.set_attribute(KeyValue::new("http.response.status_code", i64::from(*status)));
+                span.set_attribute(KeyValue::new(
+                    "http.response.status_code",
+                    i64::from(*status),
+                ));
                 if *status >= 400 {
                     span.set_status(Status::error(format!("HTTP {status}")));
                 }

@@ -60,20 +60,31 @@ impl std::str::FromStr for SecretString {
 #[derive(Debug, Clone, clap::Args)]
 pub struct CosmosArgs {
     /// Cosmos DB account endpoint.
-    #[arg(long = "cosmos-endpoint", env = "COSMOS_ENDPOINT", default_value = "http://127.0.0.1:8081")]
+    #[arg(
+        long = "cosmos-endpoint",
+        env = "COSMOS_ENDPOINT",
+        default_value = "http://127.0.0.1:8081"
+    )]
     pub endpoint: String,
     /// Cosmos DB master key.
     #[arg(long = "cosmos-key", env = "COSMOS_KEY", default_value = PUBLIC_EMULATOR_KEY,
           hide_default_value = true, hide_env_values = true)]
     pub key: SecretString,
     /// Database holding the lab's containers.
-    #[arg(long = "cosmos-database", env = "COSMOS_DATABASE", default_value = "dronedelivery")]
+    #[arg(
+        long = "cosmos-database",
+        env = "COSMOS_DATABASE",
+        default_value = "dronedelivery"
+    )]
     pub database: String,
     /// Retries of a throttled (429) request before giving up (SDK default: 9).
     #[arg(long = "cosmos-max-retries", env = "COSMOS_MAX_RETRIES")]
     pub max_retries: Option<u32>,
     /// Longest total wait across 429 retries, in seconds (SDK default: 30).
-    #[arg(long = "cosmos-max-retry-wait-secs", env = "COSMOS_MAX_RETRY_WAIT_SECS")]
+    #[arg(
+        long = "cosmos-max-retry-wait-secs",
+        env = "COSMOS_MAX_RETRY_WAIT_SECS"
+    )]
     pub max_retry_wait_secs: Option<u64>,
 }
 
@@ -254,11 +265,9 @@ impl CosmosTelemetry {
             let number = attempts_per_range.entry(range.clone()).or_insert(0);
             *number += 1;
             let start = anchor.to_system(attempt.started_at());
-            let end = anchor.to_system(
-                attempt
-                    .completed_at()
-                    .unwrap_or_else(|| attempt.started_at() + Duration::from_millis(attempt.duration_ms())),
-            );
+            let end = anchor.to_system(attempt.completed_at().unwrap_or_else(|| {
+                attempt.started_at() + Duration::from_millis(attempt.duration_ms())
+            }));
             let mut attributes = vec![
                 KeyValue::new("db.system.name", "azure.cosmosdb"),
                 KeyValue::new("db.operation.name", operation.to_owned()),
@@ -266,13 +275,22 @@ impl CosmosTelemetry {
                 KeyValue::new("db.response.status_code", i64::from(status).to_string()),
                 KeyValue::new("azure.cosmosdb.operation.request_charge", charge),
                 KeyValue::new("azure.cosmosdb.attempt", *number),
-                KeyValue::new("azure.cosmosdb.execution_context", attempt.execution_context().as_str().to_owned()),
+                KeyValue::new(
+                    "azure.cosmosdb.execution_context",
+                    attempt.execution_context().as_str().to_owned(),
+                ),
             ];
             if let Some(sub) = sub_status {
-                attributes.push(KeyValue::new("azure.cosmosdb.response.sub_status_code", sub));
+                attributes.push(KeyValue::new(
+                    "azure.cosmosdb.response.sub_status_code",
+                    sub,
+                ));
             }
             if !range.is_empty() {
-                attributes.push(KeyValue::new("azure.cosmosdb.partition_key_range_id", range));
+                attributes.push(KeyValue::new(
+                    "azure.cosmosdb.partition_key_range_id",
+                    range,
+                ));
             }
             let mut span = tracer
                 .span_builder(format!("{operation} {container}"))

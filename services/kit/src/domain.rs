@@ -161,7 +161,12 @@ impl OwnerMonth {
 
     /// Id of the owner's monthly summary document (containers `deliveries`, `packages`).
     pub fn summary_id(&self) -> String {
-        format!("{}-{}-{:02}", self.owner_id, self.year.get(), self.month.get())
+        format!(
+            "{}-{}-{:02}",
+            self.owner_id,
+            self.year.get(),
+            self.month.get()
+        )
     }
 }
 
@@ -184,14 +189,20 @@ mod tests {
         assert_eq!(q.owner_id.as_str(), "o00042");
         assert_eq!((q.year.get(), q.month.get()), (2026, 3));
         assert_eq!(q.summary_id(), "o00042-2026-03");
-        assert_eq!(OwnerMonth::from_query(Some(&q.to_query())).expect("round trip"), q);
+        assert_eq!(
+            OwnerMonth::from_query(Some(&q.to_query())).expect("round trip"),
+            q
+        );
     }
 
     #[test]
     fn every_kind_of_bad_input_names_its_parameter() {
         assert_eq!(names(""), ["ownerId", "year", "month"]);
         assert_eq!(names("ownerId=&year=2026&month=3"), ["ownerId"]);
-        assert_eq!(names(&format!("ownerId={}&year=2026&month=3", "a".repeat(65))), ["ownerId"]);
+        assert_eq!(
+            names(&format!("ownerId={}&year=2026&month=3", "a".repeat(65))),
+            ["ownerId"]
+        );
         assert_eq!(names("ownerId=o%2F1&year=2026&month=3"), ["ownerId"]);
         assert_eq!(names("ownerId=o1&year=abc&month=3"), ["year"]);
         assert_eq!(names("ownerId=o1&year=2026x&month=3"), ["year"]);

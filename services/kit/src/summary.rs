@@ -58,9 +58,11 @@ impl IntoResponse for SummaryError {
                     .with_retry_after(1)
                     .into_response()
             }
-            SummaryError::Cosmos(_) => Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
-                .with_detail(self.to_string())
-                .into_response(),
+            SummaryError::Cosmos(_) => {
+                Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
+                    .with_detail(self.to_string())
+                    .into_response()
+            }
         }
     }
 }

@@ -85,7 +85,12 @@ pub struct UtilizationArgs {
     pub cosmos: CosmosArgs,
     /// 0 = the SDK's serial cross-partition query; -1 = one query per partition, all at
     /// once; N = at most N at once.
-    #[arg(long, env = "UTILIZATION_QUERY_PARALLELISM", default_value = "0", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "UTILIZATION_QUERY_PARALLELISM",
+        default_value = "0",
+        allow_negative_numbers = true
+    )]
     pub query_parallelism: QueryParallelism,
     /// Query the `/ownerId`-partitioned container with the owner's key.
     #[arg(long, env = "UTILIZATION_USE_PARTITION_KEY", default_value_t = false, action = clap::ArgAction::Set)]
@@ -149,7 +154,10 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub async fn connect(args: &UtilizationArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
+    pub async fn connect(
+        args: &UtilizationArgs,
+        telemetry: Telemetry,
+    ) -> Result<Arc<Self>, String> {
         let client = args.cosmos.connect().await.map_err(|e| e.to_string())?;
         let container_name = if args.use_partition_key {
             CONTAINER_BY_OWNER
@@ -186,17 +194,18 @@ impl AppState {
 }
 
 pub fn build_app(state: Arc<AppState>) -> Router {
-    let readiness: ReadinessCheck = {
-        let state = state.clone();
-        Arc::new(move || {
+    let readiness: ReadinessCheck =
+        {
             let state = state.clone();
-            Box::pin(async move {
-                state.container.read(None).await.map(|_| ()).map_err(|e| {
-                    format!("container {} is not readable: {e}", state.container_name)
+            Arc::new(move || {
+                let state = state.clone();
+                Box::pin(async move {
+                    state.container.read(None).await.map(|_| ()).map_err(|e| {
+                        format!("container {} is not readable: {e}", state.container_name)
+                    })
                 })
             })
-        })
-    };
+        };
     let instrumentation = state.instrumentation.clone();
     let app = Router::new()
         .route("/api/dronedeliveries/utilization", get(utilization))

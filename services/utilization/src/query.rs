@@ -41,13 +41,19 @@ pub async fn run(
     let query = study_query(request)?;
     let (scopes, limit) = if state.use_partition_key {
         (
-            vec![("partition key".to_owned(), FeedScope::partition(request.owner_id.to_string()))],
+            vec![(
+                "partition key".to_owned(),
+                FeedScope::partition(request.owner_id.to_string()),
+            )],
             1,
         )
     } else {
         match state.parallelism {
             QueryParallelism::Serial => (
-                vec![("all partitions, serial".to_owned(), FeedScope::full_container())],
+                vec![(
+                    "all partitions, serial".to_owned(),
+                    FeedScope::full_container(),
+                )],
                 1,
             ),
             parallel => {
@@ -157,9 +163,18 @@ async fn query_scope(
     }
     .await;
     let span = cx.span();
-    span.set_attribute(KeyValue::new("azure.cosmosdb.calls", i64::from(cost.attempts)));
-    span.set_attribute(KeyValue::new("azure.cosmosdb.throttled_calls", i64::from(cost.throttled)));
-    span.set_attribute(KeyValue::new("azure.cosmosdb.request_charge", cost.request_units));
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.calls",
+        i64::from(cost.attempts),
+    ));
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.throttled_calls",
+        i64::from(cost.throttled),
+    ));
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.request_charge",
+        cost.request_units,
+    ));
     if let Err(e) = &outcome {
         span.set_status(Status::error(e.to_string()));
     }

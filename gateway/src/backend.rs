@@ -1,0 +1,140 @@
+//! Calling one backend: per-call timeout, and a retry on connection failure or 503 with
+//! exponential backoff and full jitter, capped by a retry budget so retries can never
+//! multiply the load on a struggling backend (the Retry Storm antipattern).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry::Context;
+use rand::Rng;
+use serde::Serialize;
+use service_kit::client::{CallOutcome, TracedClient};
+use tower::retry::budget::{Budget, TpsBudget};
+
+/// A backend the gateway aggregates.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    /// Name used in `errors[].backend` and span names.
+    pub name: &'static str,
+    pub url: url::Url,
+}
+
+/// How calls to backends behave.
+#[derive(Debug, Clone, Copy)]
+pub struct CallPolicy {
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub backoff_base: Duration,
+}
+
+/// Why a backend's section is missing from the invoice.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackendError {
+    pub backend: &'static str,
+    /// The backend's HTTP status, or `null` when no response came back.
+    pub status: Option<u16>,
+    pub detail: String,
+}
+
+/// Retries allowed: 20% of recent calls (over 10 s), and at least 5 per second.
+pub fn retry_budget() -> Arc<TpsBudget> {
+    Arc::new(TpsBudget::new(Duration::from_secs(10), 5, 0.2))
+}
+
+/// Calls `backend` with the owner-month query; returns its JSON body or why not.
+pub async fn call(
+    client: &TracedClient,
+    budget: &TpsBudget,
+    policy: CallPolicy,
+    cx: &Context,
+    backend: &Backend,
+    query: &str,
+) -> Result<serde_json::Value, BackendError> {
+    let mut url = backend.url.clone();
+    url.set_query(Some(query));
+    budget.deposit();
+    let mut attempt = 0;
+    loop {
+        let outcome = client
+            .get(cx, &format!("GET {}", backend.name), &url, policy.timeout)
+            .await;
+        let retryable = matches!(
+            outcome,
+            CallOutcome::ConnectFailed(_) | CallOutcome::Response { status: 503, .. }
+        );
+        if retryable && attempt < policy.max_retries && budget.withdraw() {
+            attempt += 1;
+            tokio::time::sleep(backoff(policy.backoff_base, attempt)).await;
+            continue;
+        }
+        return interpret(backend.name, outcome, policy.timeout);
+    }
+}
+
+/// Full jitter: uniformly random in `[0, base × 2^(attempt-1)]`.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let ceiling = base.saturating_mul(1 << attempt.saturating_sub(1).min(10));
+    ceiling.mul_f64(rand::rng().random_range(0.0..=1.0))
+}
+
+fn interpret(
+    backend: &'static str,
+    outcome: CallOutcome,
+    timeout: Duration,
+) -> Result<serde_json::Value, BackendError> {
+    let error = |status, detail: String| BackendError {
+        backend,
+        status,
+        detail,
+    };
+    match outcome {
+        CallOutcome::Response { status, body } if (200..300).contains(&status) => {
+            serde_json::from_slice(&body)
+                .map_err(|e| error(Some(status), format!("invalid JSON from the backend: {e}")))
+        }
+        CallOutcome::Response { status, body } => {
+            // Backends answer problem+json; pass its title/detail through when present.
+            let detail = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.get("detail")
+                        .or_else(|| v.get("title"))
+                        .and_then(|d| d.as_str())
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| format!("HTTP {status}"));
+            Err(error(Some(status), detail))
+        }
+        CallOutcome::TimedOut => Err(error(
+            None,
+            format!("no answer within {} ms", timeout.as_millis()),
+        )),
+        CallOutcome::ConnectFailed(e) => Err(error(None, format!("connection failed: {e}"))),
+        CallOutcome::Failed(e) => Err(error(None, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_by_the_exponential_ceiling() {
+        let base = Duration::from_millis(50);
+        for attempt in 1..6 {
+            for _ in 0..50 {
+                assert!(backoff(base, attempt) <= base * (1 << (attempt - 1)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_budget_caps_retries_to_a_fraction_of_calls() {
+        let budget = TpsBudget::new(Duration::from_secs(10), 0, 0.2);
+        for _ in 0..100 {
+            budget.deposit();
+        }
+        let retries = (0..100).filter(|_| budget.withdraw()).count();
+        assert!((15..=25).contains(&retries), "{retries}");
+    }
+}

@@ -1,0 +1,237 @@
+//! The drone-delivery gateway (Gateway Aggregation pattern): `GET /api/invoices` calls
+//! the delivery, package and utilization backends **in parallel** and merges their
+//! answers.
+//!
+//! Like the study's original nginx gateway it answers `200` even when a backend fails:
+//! that backend's section is `null`, `partial` is `true` and `errors` says why. Bad input
+//! is a `400` problem+json naming the parameter. Beyond `--max-concurrency` requests in
+//! flight it sheds load with `503` + `Retry-After` instead of queueing without bound.
+
+mod backend;
+mod openapi;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::KeyValue;
+use serde::Serialize;
+use service_kit::client::TracedClient;
+use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
+use service_kit::{OwnerMonth, Problem, Telemetry};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::retry::budget::TpsBudget;
+
+pub use backend::{Backend, BackendError, CallPolicy};
+
+pub const SERVICE_NAME: &str = "gateway";
+
+fn positive_ms(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) | Err(_) => Err(format!("{s:?} must be a positive number of milliseconds")),
+        Ok(ms) => Ok(ms),
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    /// Base URL of delivery-service.
+    #[arg(long, env = "DELIVERY_URL", default_value = "http://127.0.0.1:8091")]
+    pub delivery_url: url::Url,
+    /// Base URL of package-service.
+    #[arg(long, env = "PACKAGE_URL", default_value = "http://127.0.0.1:8092")]
+    pub package_url: url::Url,
+    /// Base URL of utilization-service.
+    #[arg(long, env = "UTILIZATION_URL", default_value = "http://127.0.0.1:8093")]
+    pub utilization_url: url::Url,
+    /// Per-backend call timeout in ms; a slower backend's section is left `null`.
+    #[arg(long, env = "GATEWAY_BACKEND_TIMEOUT_MS", default_value = "10000", value_parser = positive_ms)]
+    pub backend_timeout_ms: u64,
+    /// Retries of a backend call on connection failure or 503 (within the retry budget).
+    #[arg(long, env = "GATEWAY_MAX_RETRIES", default_value_t = 2)]
+    pub max_retries: u32,
+    /// Invoice requests served at once; more are shed with 503 + Retry-After.
+    #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_concurrency: u32,
+}
+
+pub struct AppState {
+    client: TracedClient,
+    budget: Arc<TpsBudget>,
+    policy: CallPolicy,
+    delivery: Backend,
+    package: Backend,
+    utilization: Backend,
+    in_flight: Arc<Semaphore>,
+    instrumentation: Instrumentation,
+}
+
+fn endpoint(base: &url::Url, path: &str) -> url::Url {
+    let mut url = base.clone();
+    url.set_path(path);
+    url
+}
+
+impl AppState {
+    pub fn new(args: &GatewayArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
+        let concurrency = args.max_concurrency as usize;
+        let client = TracedClient::new(telemetry.clone(), concurrency.min(256))
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Arc::new(Self {
+            client,
+            budget: backend::retry_budget(),
+            policy: CallPolicy {
+                timeout: Duration::from_millis(args.backend_timeout_ms),
+                max_retries: args.max_retries,
+                backoff_base: Duration::from_millis(25),
+            },
+            delivery: Backend {
+                name: "deliveries",
+                url: endpoint(&args.delivery_url, "/api/deliveries/summary"),
+            },
+            package: Backend {
+                name: "packages",
+                url: endpoint(&args.package_url, "/api/packages/summary"),
+            },
+            utilization: Backend {
+                name: "utilization",
+                url: endpoint(&args.utilization_url, "/api/dronedeliveries/utilization"),
+            },
+            in_flight: Arc::new(Semaphore::new(concurrency)),
+            instrumentation: Instrumentation::new(telemetry),
+        }))
+    }
+}
+
+/// The invoice: each section is the backend's answer, or `null` if it failed.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Invoice {
+    pub owner_id: String,
+    pub year: u16,
+    pub month: u8,
+    pub deliveries: Option<serde_json::Value>,
+    pub packages: Option<serde_json::Value>,
+    pub utilization: Option<serde_json::Value>,
+    pub partial: bool,
+    pub errors: Vec<BackendError>,
+}
+
+pub fn build_app(state: Arc<AppState>) -> Router {
+    // The gateway is ready when it can serve; backends failing give partial answers.
+    let readiness: ReadinessCheck = Arc::new(|| Box::pin(async { Ok(()) }));
+    let instrumentation = state.instrumentation.clone();
+    let api = Router::new()
+        .route("/api/invoices", get(invoice))
+        .route_layer(middleware::from_fn_with_state(state.clone(), shed_load))
+        .with_state(state)
+        .route("/openapi.json", get(|| async { Json(openapi::document()) }));
+    server::standard(
+        api,
+        instrumentation,
+        readiness,
+        Limits {
+            request_timeout: Duration::from_secs(60),
+            ..Limits::default()
+        },
+    )
+}
+
+/// Admits at most `max_concurrency` invoice requests at once; the rest get a fast 503.
+async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    match state.in_flight.clone().try_acquire_owned() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
+            .with_detail("too many invoice requests in flight; retry shortly")
+            .with_retry_after(1)
+            .into_response(),
+    }
+}
+
+async fn invoice(
+    State(state): State<Arc<AppState>>,
+    RequestContext(cx): RequestContext,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Invoice>, Problem> {
+    let request = OwnerMonth::from_query(raw.as_deref())?;
+    let query = request.to_query();
+    let call = |backend| {
+        backend::call(
+            &state.client,
+            &state.budget,
+            state.policy,
+            &cx,
+            backend,
+            &query,
+        )
+    };
+    let (deliveries, packages, utilization) = tokio::join!(
+        call(&state.delivery),
+        call(&state.package),
+        call(&state.utilization)
+    );
+    let mut errors = Vec::new();
+    let mut keep = |result: Result<serde_json::Value, BackendError>| match result {
+        Ok(value) => Some(value),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    let (deliveries, packages, utilization) = (keep(deliveries), keep(packages), keep(utilization));
+    let partial = !errors.is_empty();
+    if partial {
+        cx.span()
+            .set_attribute(KeyValue::new("dronelab.invoice.partial", true));
+    }
+    Ok(Json(Invoice {
+        owner_id: request.owner_id.to_string(),
+        year: request.year.get(),
+        month: request.month.get(),
+        deliveries,
+        packages,
+        utilization,
+        partial,
+        errors,
+    }))
+}
+
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve(listener, build_app(state), shutdown).await
+}
+
+/// The binary's `main`: telemetry, serve until SIGTERM, flush spans.
+pub async fn main(listen: SocketAddr, args: GatewayArgs) -> std::process::ExitCode {
+    service_kit::telemetry::init_logging();
+    let telemetry = match Telemetry::from_env(SERVICE_NAME) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{SERVICE_NAME}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let state = match AppState::new(&args, telemetry.clone()) {
+        Ok(state) => state,
+        Err(e) => {
+            eprintln!("{SERVICE_NAME}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = server::listen_and_serve(SERVICE_NAME, listen, build_app(state)).await;
+    telemetry.shutdown();
+    code
+}
