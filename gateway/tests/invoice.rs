@@ -262,3 +262,70 @@ async fn openapi_describes_the_invoice_route() {
         .collect();
     assert_eq!(params, ["ownerId", "year", "month"]);
 }
+
+#[tokio::test]
+async fn backends_expose_health_readiness_and_cosmos_metrics() {
+    let emulator = start_emulator(emulator_config(3)).await;
+    seed(&emulator, 100_000).await;
+    let utilization = start_utilization(&emulator, Telemetry::disabled(), "-1", false).await;
+    let base = format!("http://{}", utilization.addr);
+    assert_eq!(
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .expect("healthz")
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .expect("readyz")
+            .status()
+            .as_u16(),
+        200
+    );
+    let (status, _, body, _) = get(format!(
+        "{base}/api/dronedeliveries/utilization?ownerId=owner1&year=2026&month=1"
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"cosmos_requests_total{operation="query_items",container="utilization",status="200"} 3"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("cosmos_calls_per_operation_count{operation=\"query_items\",container=\"utilization\"} 1"), "{metrics}");
+    assert!(metrics.contains("http_server_requests_total{method=\"GET\",route=\"/api/dronedeliveries/utilization\",status=\"200\"} 1"), "{metrics}");
+
+    // Without its container the service is alive but not ready.
+    let client = cosmos_args(&emulator).connect().await.expect("client");
+    client
+        .database_client(DATABASE)
+        .container_client("utilization", None)
+        .await
+        .expect("container")
+        .delete(None)
+        .await
+        .expect("deleted");
+    let (status, content_type, problem, _) = get(format!("{base}/readyz")).await;
+    assert_eq!(status, 503);
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+    assert!(problem["detail"]
+        .as_str()
+        .unwrap_or("")
+        .contains("utilization"));
+    assert_eq!(
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .expect("healthz")
+            .status()
+            .as_u16(),
+        200
+    );
+}
