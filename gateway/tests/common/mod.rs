@@ -77,6 +77,7 @@ pub fn cosmos_args(emulator: &Server) -> CosmosArgs {
         database: DATABASE.into(),
         max_retries: None,
         max_retry_wait_secs: None,
+        region: "South Central US".into(),
     }
 }
 

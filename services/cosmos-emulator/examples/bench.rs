@@ -78,7 +78,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Secret::from(cosmos_emulator::PUBLIC_EMULATOR_KEY.to_owned()),
     );
     let client = CosmosClient::builder()
-        .build(account, RoutingStrategy::ProximityTo("Local".into()))
+        .build(
+            account,
+            RoutingStrategy::ProximityTo("South Central US".into()),
+        )
         .await?;
     client.create_database("bench", None).await?;
     let db = client.database_client("bench");

@@ -298,11 +298,15 @@ fn no_content() -> CosmosResponse {
     }
 }
 
+/// The region the emulator's account claims to be in (the study ran in South Central US).
+pub const EMULATOR_REGION: &str = "South Central US";
+
 /// The account, advertising the address the client used as its only region.
 fn account(request: &CosmosRequest) -> CosmosResponse {
     let host = request.authority.as_deref().unwrap_or("127.0.0.1:8081");
     let endpoint = format!("http://{host}/");
-    let region = json!([{ "name": "Local", "databaseAccountEndpoint": endpoint }]);
+    // A real region name, so SDK proximity routing recognises it.
+    let region = json!([{ "name": EMULATOR_REGION, "databaseAccountEndpoint": endpoint }]);
     CosmosResponse::ok(
         json!({
             "_self": "",

@@ -11,7 +11,7 @@ use crate::api::{CosmosRequest, CosmosResponse};
 use crate::epk::{parse_epk, LogicalKey};
 use crate::error::{ApiError, ApiResult};
 use crate::headers;
-use crate::server::AppState;
+use crate::server::{AppState, ModelSettings};
 use crate::sql::{PreparedQuery, Projection, QuerySpec};
 use crate::store::{Container, Partition, Scope};
 use crate::throughput::charge;
@@ -62,8 +62,11 @@ async fn execute(
     partitions: &[&Partition],
     op: impl FnOnce() -> ApiResult<(CosmosResponse, Vec<Option<f64>>)>,
 ) -> ApiResult<CosmosResponse> {
-    let latency = &state.latency;
-    if state.throttling {
+    let ModelSettings {
+        throttling,
+        latency,
+    } = state.model();
+    if throttling {
         for p in partitions {
             if let Err(retry_after) = p.admit() {
                 p.stats.record(429, 0.0);

@@ -14,13 +14,15 @@ mod dataplane;
 mod epk;
 mod error;
 mod headers;
+mod serve_main;
 mod server;
 pub mod sql;
 mod stats;
 mod store;
 pub mod throughput;
 
-pub use admin::{ContainerStats, DatabaseStats, PartitionStatsView, Stats};
+pub use admin::{ContainerStats, DatabaseStats, ModelConfig, PartitionStatsView, Stats};
 pub use config::{Config, PUBLIC_EMULATOR_KEY};
+pub use serve_main::main;
 pub use server::{build_app, run, AppState};
 pub use stats::PartitionSnapshot;

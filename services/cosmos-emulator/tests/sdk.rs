@@ -460,7 +460,7 @@ async fn a_wrong_key_gets_401() {
         let client = CosmosClient::builder()
             .build(
                 account,
-                azure_data_cosmos::RoutingStrategy::ProximityTo("Local".into()),
+                azure_data_cosmos::RoutingStrategy::ProximityTo("South Central US".into()),
             )
             .await?;
         client.create_database("db", None).await.map(|_| ())

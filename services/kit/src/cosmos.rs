@@ -86,6 +86,13 @@ pub struct CosmosArgs {
         env = "COSMOS_MAX_RETRY_WAIT_SECS"
     )]
     pub max_retry_wait_secs: Option<u64>,
+    /// The Azure region the service runs in (the SDK prefers the account's nearest).
+    #[arg(
+        long = "cosmos-region",
+        env = "COSMOS_REGION",
+        default_value = "South Central US"
+    )]
+    pub region: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,9 +135,11 @@ impl CosmosArgs {
                     .build(),
             );
         }
-        // Only the region the account advertises is used; the name is informational.
         builder
-            .build(account, RoutingStrategy::ProximityTo("Local".into()))
+            .build(
+                account,
+                RoutingStrategy::ProximityTo(self.region.clone().into()),
+            )
             .await
             .map_err(|source| ConnectError::Client {
                 endpoint: self.endpoint.clone(),

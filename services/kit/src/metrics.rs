@@ -9,9 +9,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Metric, Registry};
 
-/// Latency buckets in seconds, from 1 ms to 30 s.
-pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// Latency buckets in seconds, 1 ms to 30 s, fine enough to estimate percentiles of the
+/// study's latencies (tens of ms to seconds) by interpolation.
+pub const LATENCY_BUCKETS: [f64; 24] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
 ];
 
 #[derive(Clone, Default)]

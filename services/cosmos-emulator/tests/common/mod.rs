@@ -100,7 +100,10 @@ pub async fn client_for(
         );
     }
     builder
-        .build(account, RoutingStrategy::ProximityTo("Local".into()))
+        .build(
+            account,
+            RoutingStrategy::ProximityTo("South Central US".into()),
+        )
         .await
         .expect("client builds against the emulator")
 }

@@ -1,0 +1,14 @@
+//! `loadtest`: dronelab's main job. Seeds the data, drives load against the gateway,
+//! starts the local stack, and runs the four tuning stages of the study into a report.
+
+pub mod calibration;
+pub mod cli;
+pub mod data;
+pub mod load;
+pub mod promtext;
+pub mod report;
+pub mod seed;
+pub mod stack;
+pub mod stages;
+pub mod study;
+pub mod tune;

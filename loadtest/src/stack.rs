@@ -1,0 +1,335 @@
+//! The local stack: the emulator, the three backends and the gateway, each its own OS
+//! process (this binary re-executed as `loadtest component <name>`), so each shows up as
+//! its own service in traces. Children pick free loopback ports and print them; the
+//! stack waits for readiness, notices a crashed child, and never leaves one behind:
+//! children are killed when the stack is dropped and, on Linux, when this process dies
+//! (even by `SIGKILL`).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::calibration::EmulatorModel;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StackError {
+    #[error("cannot start {name}: {source}")]
+    Spawn {
+        name: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{name} exited before it was ready ({status}); see {log}")]
+    Exited {
+        name: &'static str,
+        status: String,
+        log: String,
+    },
+    #[error("{name} was not ready within {secs} s; see {log}")]
+    NotReady {
+        name: &'static str,
+        secs: u64,
+        log: String,
+    },
+}
+
+/// One running component.
+#[derive(Debug)]
+pub struct Component {
+    pub name: &'static str,
+    pub url: url::Url,
+    child: Child,
+    log: PathBuf,
+}
+
+/// The utilization query knobs (a rollout restarts the service with new ones).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueryKnobs {
+    pub parallelism: i64,
+    pub use_partition_key: bool,
+}
+
+#[derive(Debug)]
+pub struct Stack {
+    logs: PathBuf,
+    pub emulator: Component,
+    services: Vec<Component>,
+}
+
+impl Stack {
+    /// Starts the emulator alone (the backends need seeded containers to start).
+    pub async fn start_emulator(
+        logs: &Path,
+        partitions: u16,
+        model: &EmulatorModel,
+    ) -> Result<Self, StackError> {
+        std::fs::create_dir_all(logs).map_err(|source| StackError::Spawn {
+            name: "cosmos-emulator",
+            source,
+        })?;
+        let args = vec![
+            "--partitions".to_owned(),
+            partitions.to_string(),
+            "--rtt-ms".to_owned(),
+            model.rtt_ms.to_string(),
+            "--service-ms".to_owned(),
+            model.service_ms.to_string(),
+            "--ms-per-ru".to_owned(),
+            model.ms_per_ru.to_string(),
+            "--jitter".to_owned(),
+            model.jitter.to_string(),
+            "--partition-concurrency".to_owned(),
+            model.partition_concurrency.to_string(),
+        ];
+        let emulator = spawn(logs, "cosmos-emulator", args, "healthz").await?;
+        Ok(Self {
+            logs: logs.to_owned(),
+            emulator,
+            services: Vec::new(),
+        })
+    }
+
+    /// Starts the backends and the gateway against the emulator.
+    pub async fn start_services(&mut self, knobs: QueryKnobs) -> Result<(), StackError> {
+        let cosmos = vec![
+            "--cosmos-endpoint".to_owned(),
+            self.emulator.url.to_string(),
+        ];
+        for name in ["delivery-service", "package-service"] {
+            let component = spawn(&self.logs, name, cosmos.clone(), "readyz").await?;
+            self.services.push(component);
+        }
+        self.services.push(
+            spawn(
+                &self.logs,
+                "utilization-service",
+                utilization_args(&cosmos, knobs),
+                "readyz",
+            )
+            .await?,
+        );
+        let url_of = |name: &str| {
+            self.services
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.url.to_string())
+                .unwrap_or_default()
+        };
+        let gateway_args = vec![
+            "--delivery-url".to_owned(),
+            url_of("delivery-service"),
+            "--package-url".to_owned(),
+            url_of("package-service"),
+            "--utilization-url".to_owned(),
+            url_of("utilization-service"),
+        ];
+        self.services
+            .push(spawn(&self.logs, "gateway", gateway_args, "readyz").await?);
+        Ok(())
+    }
+
+    /// Restarts utilization-service with new knobs, keeping its address (the gateway's
+    /// pool reconnects), as a Kubernetes rollout would.
+    pub async fn restart_utilization(&mut self, knobs: QueryKnobs) -> Result<(), StackError> {
+        let Some(index) = self
+            .services
+            .iter()
+            .position(|c| c.name == "utilization-service")
+        else {
+            return Ok(());
+        };
+        let old = self.services.remove(index);
+        let listen = old
+            .url
+            .socket_addrs(|| None)
+            .ok()
+            .and_then(|a| a.first().copied());
+        stop(old).await;
+        let mut args = utilization_args(
+            &[
+                "--cosmos-endpoint".to_owned(),
+                self.emulator.url.to_string(),
+            ],
+            knobs,
+        );
+        if let Some(addr) = listen {
+            args.push("--listen".to_owned());
+            args.push(addr.to_string());
+        }
+        let component = spawn(&self.logs, "utilization-service", args, "readyz").await?;
+        self.services.insert(index, component);
+        Ok(())
+    }
+
+    pub fn url(&self, name: &str) -> Option<&url::Url> {
+        if name == self.emulator.name {
+            return Some(&self.emulator.url);
+        }
+        self.services
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| &c.url)
+    }
+
+    pub fn components(&self) -> impl Iterator<Item = &Component> {
+        std::iter::once(&self.emulator).chain(self.services.iter())
+    }
+
+    /// Resolves when any component exits; returns its name and exit status.
+    pub async fn crashed(&mut self) -> (&'static str, String) {
+        loop {
+            for c in std::iter::once(&mut self.emulator).chain(self.services.iter_mut()) {
+                if let Ok(Some(status)) = c.child.try_wait() {
+                    return (c.name, status.to_string());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops everything: SIGTERM, then SIGKILL after a grace period.
+    pub async fn shutdown(self) {
+        for component in self.services.into_iter().rev() {
+            stop(component).await;
+        }
+        stop(self.emulator).await;
+    }
+}
+
+fn utilization_args(cosmos: &[String], knobs: QueryKnobs) -> Vec<String> {
+    let mut args = cosmos.to_vec();
+    args.extend([
+        "--query-parallelism".to_owned(),
+        knobs.parallelism.to_string(),
+        "--use-partition-key".to_owned(),
+        knobs.use_partition_key.to_string(),
+    ]);
+    args
+}
+
+async fn stop(mut component: Component) {
+    if let Some(pid) = component.child.id() {
+        // SAFETY: plain kill(2) on the pid of a child we own and have not reaped.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    let graceful = tokio::time::timeout(Duration::from_secs(5), component.child.wait()).await;
+    if graceful.is_err() {
+        let _ = component.child.kill().await;
+    }
+}
+
+/// Starts `loadtest component <name> --listen 127.0.0.1:0 <args>` and waits until its
+/// readiness route answers 200.
+async fn spawn(
+    logs: &Path,
+    name: &'static str,
+    mut args: Vec<String>,
+    ready_route: &str,
+) -> Result<Component, StackError> {
+    let exe = std::env::current_exe().map_err(|source| StackError::Spawn { name, source })?;
+    let log = logs.join(format!("{name}.log"));
+    let log_file =
+        std::fs::File::create(&log).map_err(|source| StackError::Spawn { name, source })?;
+    if !args.iter().any(|a| a == "--listen") {
+        args.extend(["--listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    }
+    let mut command = Command::new(exe);
+    command
+        .arg("component")
+        .arg(name)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true);
+    // Without a collector to send to, exporting would only log connection errors.
+    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() {
+        command.env("OTEL_SDK_DISABLED", "true");
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to SIGTERM this
+    // child if we die, so a killed `loadtest` leaves no orphans.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|source| StackError::Spawn { name, source })?;
+    let log_text = log.display().to_string();
+    let exited = |status: String| StackError::Exited {
+        name,
+        status,
+        log: log_text.clone(),
+    };
+    let Some(stdout) = child.stdout.take() else {
+        return Err(exited("no stdout".into()));
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    let url = match first {
+        Ok(Ok(Some(line))) => line
+            .rsplit(' ')
+            .next()
+            .and_then(|u| url::Url::parse(u).ok()),
+        _ => None,
+    };
+    let Some(url) = url else {
+        let status = child
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "did not print its address".into());
+        let _ = child.kill().await;
+        return Err(exited(status));
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let ready = url.join(ready_route).unwrap_or_else(|_| url.clone());
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(exited(status.to_string()));
+        }
+        if let Ok(response) = http
+            .get(ready.clone())
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+        {
+            if response.status().is_success() {
+                break;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill().await;
+            return Err(StackError::NotReady {
+                name,
+                secs: 60,
+                log: log_text,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::info!(component = name, %url, "ready");
+    Ok(Component {
+        name,
+        url,
+        child,
+        log,
+    })
+}
+
+impl Component {
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+}

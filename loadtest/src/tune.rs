@@ -1,0 +1,450 @@
+//! `loadtest tune`: the four-stage tuning run. Starts the local stack (or uses an
+//! existing deployment), seeds, then per stage: sets RU/s through the Cosmos API,
+//! restarts utilization-service when the query knobs change (as a rollout would), resets
+//! the emulator's counters, drives the load while sampling Cosmos RU/s and 429s every
+//! second, and collects the services' metrics; finally writes the report.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use azure_data_cosmos::models::ThroughputProperties;
+use azure_data_cosmos::CosmosClient;
+use serde::{Deserialize, Serialize};
+
+use crate::calibration::{EmulatorModel, RunProfile};
+use crate::load::{self, LoadSummary, Percentiles, Target};
+use crate::promtext;
+use crate::report::{CosmosFigures, CosmosSample, Report, StageReport};
+use crate::seed::{self, SeedArgs};
+use crate::stack::{QueryKnobs, Stack};
+use crate::stages::{self, Stage};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TuneArgs {
+    /// How long each stage runs: study (8 min), default (2 min), quick (30 s).
+    #[arg(long, value_enum, default_value = "default")]
+    pub profile: RunProfile,
+    /// Directory of stage files (default: the built-in four stages).
+    #[arg(long)]
+    pub stages: Option<PathBuf>,
+    /// Run only these stages (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Where reports go (`<dir>/<run-id>/`, plus `<dir>/latest`).
+    #[arg(long, default_value = "reports")]
+    pub reports: PathBuf,
+    /// Use an existing deployment's gateway instead of starting the local stack (RU/s
+    /// changes still go through `--cosmos-endpoint`; apply each stage's query knobs —
+    /// the k8s overlays — yourself when told).
+    #[arg(long)]
+    pub target: Option<url::Url>,
+    /// Leave the local stack running after the run, for trace inspection (Ctrl-C stops it).
+    #[arg(long)]
+    pub keep_up: bool,
+    /// Skip seeding (the deployment's data is already there).
+    #[arg(long)]
+    pub skip_seed: bool,
+    #[command(flatten)]
+    pub seed: SeedArgs,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error(transparent)]
+    Stages(#[from] stages::StageError),
+    #[error(transparent)]
+    Stack(#[from] crate::stack::StackError),
+    #[error(transparent)]
+    Seed(#[from] seed::SeedError),
+    #[error("Cosmos DB: {0}")]
+    Cosmos(String),
+    #[error("writing the report: {0}")]
+    Report(#[from] std::io::Error),
+    #[error("no stages to run (check --only)")]
+    NoStages,
+}
+
+/// The services' view of the utilization path, from its `/metrics`.
+#[derive(Debug, Clone, Default)]
+struct UtilizationMetrics {
+    latency_buckets: Vec<(f64, f64)>,
+    latency_sum: f64,
+    latency_count: f64,
+    ru_sum: f64,
+    ru_count: f64,
+    calls_sum: f64,
+    calls_count: f64,
+}
+
+async fn scrape(http: &reqwest::Client, base: Option<&url::Url>) -> UtilizationMetrics {
+    let Some(base) = base else {
+        return UtilizationMetrics::default();
+    };
+    let Ok(url) = base.join("metrics") else {
+        return UtilizationMetrics::default();
+    };
+    let text = match http.get(url).timeout(Duration::from_secs(5)).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let samples = promtext::parse(&text);
+    let route = [("route", "/api/dronedeliveries/utilization")];
+    let query = [("operation", "query_items")];
+    UtilizationMetrics {
+        latency_buckets: promtext::buckets(
+            &samples,
+            "http_server_request_duration_seconds",
+            &route,
+        ),
+        latency_sum: promtext::sum(&samples, "http_server_request_duration_seconds_sum", &route),
+        latency_count: promtext::sum(
+            &samples,
+            "http_server_request_duration_seconds_count",
+            &route,
+        ),
+        ru_sum: promtext::sum(&samples, "cosmos_request_units_sum", &query),
+        ru_count: promtext::sum(&samples, "cosmos_request_units_count", &query),
+        calls_sum: promtext::sum(&samples, "cosmos_calls_per_operation_sum", &query),
+        calls_count: promtext::sum(&samples, "cosmos_calls_per_operation_count", &query),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        (a / b * 100.0).round() / 100.0
+    } else {
+        0.0
+    }
+}
+
+/// Server-side utilization latency over the stage (difference of two scrapes).
+fn utilization_latency(before: &UtilizationMetrics, after: &UtilizationMetrics) -> Percentiles {
+    let buckets = promtext::delta(&after.latency_buckets, &before.latency_buckets);
+    let ms = |s: f64| (s * 100_000.0).round() / 100.0;
+    let count = after.latency_count - before.latency_count;
+    Percentiles {
+        avg: if count > 0.0 {
+            ms((after.latency_sum - before.latency_sum) / count)
+        } else {
+            0.0
+        },
+        p50: ms(promtext::quantile(&buckets, 0.50)),
+        p90: ms(promtext::quantile(&buckets, 0.90)),
+        p95: ms(promtext::quantile(&buckets, 0.95)),
+        p99: ms(promtext::quantile(&buckets, 0.99)),
+        max: ms(buckets
+            .iter()
+            .rev()
+            .find(|(b, c)| b.is_finite() && *c > 0.0)
+            .map(|(b, _)| *b)
+            .unwrap_or(0.0)),
+    }
+}
+
+/// The emulator's counters for the utilization containers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct EmulatorSnapshot {
+    ok: u64,
+    throttled: u64,
+    ru_total: f64,
+    max_ru_per_partition_per_sec: f64,
+    provisioned_ru_per_partition: f64,
+    ru_last_second: Vec<f64>,
+}
+
+async fn emulator_snapshot(
+    http: &reqwest::Client,
+    emulator: &url::Url,
+    container: &str,
+) -> Option<EmulatorSnapshot> {
+    let url = emulator.join("_emulator/stats").ok()?;
+    let stats: cosmos_emulator::Stats = http
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let c = stats
+        .databases
+        .iter()
+        .flat_map(|d| d.containers.iter())
+        .find(|c| c.id == container)?;
+    Some(EmulatorSnapshot {
+        ok: c
+            .partitions
+            .iter()
+            .flat_map(|p| p.counters.requests_by_status.iter())
+            .filter(|(s, _)| s.starts_with('2'))
+            .map(|(_, n)| n)
+            .sum(),
+        throttled: c.throttled_requests,
+        ru_total: c.ru_total,
+        max_ru_per_partition_per_sec: c.max_ru_per_partition_per_second,
+        provisioned_ru_per_partition: c.provisioned_ru_per_partition.unwrap_or(0.0),
+        ru_last_second: c
+            .partitions
+            .iter()
+            .map(|p| p.counters.ru_last_second)
+            .collect(),
+    })
+}
+
+async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Result<(), TuneError> {
+    let db = client.database_client(database);
+    for container in ["utilization", "utilization-by-owner"] {
+        let c = db
+            .container_client(container, None)
+            .await
+            .map_err(|e| TuneError::Cosmos(format!("{container}: {e}")))?;
+        c.begin_replace_throughput(ThroughputProperties::manual(ru), None)
+            .await
+            .map_err(|e| TuneError::Cosmos(format!("replace throughput of {container}: {e}")))?
+            .await
+            .map_err(|e| TuneError::Cosmos(format!("replace throughput of {container}: {e}")))?;
+    }
+    Ok(())
+}
+
+fn run_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.format(time::macros::format_description!(
+        "[year][month][day]-[hour][minute][second]"
+    ))
+    .unwrap_or_else(|_| "run".into())
+}
+
+/// Runs the stages and writes the report; returns its directory.
+pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
+    let mut stages = match &args.stages {
+        Some(dir) => stages::from_dir(dir)?,
+        None => stages::builtin()?,
+    };
+    if !args.only.is_empty() {
+        stages.retain(|s| args.only.contains(&s.name));
+    }
+    let Some(first) = stages.first().cloned() else {
+        return Err(TuneError::NoStages);
+    };
+    let id = run_id();
+    let dir = args.reports.join(&id);
+    std::fs::create_dir_all(&dir)?;
+    let model = EmulatorModel::default();
+    let http = reqwest::Client::new();
+    let total_started = Instant::now();
+
+    let mut seed_args = args.seed.clone();
+    let mut stack = None;
+    let gateway = match &args.target {
+        Some(target) => target.clone(),
+        None => {
+            eprintln!("starting the local stack (logs in {}/logs)", dir.display());
+            let mut s =
+                Stack::start_emulator(&dir.join("logs"), first.config.partitions, &model).await?;
+            seed_args.cosmos.endpoint = s.emulator.url.to_string();
+            // Seed at full speed, then switch the latency model on for the stages.
+            post_model(
+                &http,
+                &s.emulator.url,
+                serde_json::json!({"latency": false}),
+            )
+            .await;
+            seed_and_report(&seed_args, args.skip_seed).await?;
+            post_model(&http, &s.emulator.url, serde_json::json!({"latency": true})).await;
+            s.start_services(knobs(&first)).await?;
+            let url = s
+                .url("gateway")
+                .cloned()
+                .unwrap_or_else(|| s.emulator.url.clone());
+            stack = Some(s);
+            url
+        }
+    };
+    if args.target.is_some() {
+        seed_and_report(&seed_args, args.skip_seed).await?;
+    }
+    let client = seed_args
+        .cosmos
+        .connect()
+        .await
+        .map_err(|e| TuneError::Cosmos(e.to_string()))?;
+    let profile = args.profile.load();
+    let target = Target {
+        gateway: gateway.clone(),
+        data: seed_args.data_set(),
+        timeout: Duration::from_secs(60),
+    };
+    let mut current = knobs(&first);
+    let mut reports = Vec::new();
+    for stage in &stages {
+        eprintln!(
+            "\nstage {}: {} — {}",
+            stage.name,
+            describe(stage),
+            stage.description
+        );
+        set_throughput(
+            &client,
+            &seed_args.cosmos.database,
+            stage.config.provisioned_ru_per_second,
+        )
+        .await?;
+        let wanted = knobs(stage);
+        if wanted != current {
+            match stack.as_mut() {
+                Some(s) => s.restart_utilization(wanted).await?,
+                None => eprintln!(
+                    "  apply k8s/overlays/{} (parallelism {}, partition key {}) now; the run continues in 60 s",
+                    stage.name, wanted.parallelism, wanted.use_partition_key
+                ),
+            }
+            if stack.is_none() {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            current = wanted;
+        }
+        let container = if stage.config.use_partition_key {
+            "utilization-by-owner"
+        } else {
+            "utilization"
+        };
+        let emulator = stack.as_ref().map(|s| s.emulator.url.clone());
+        let utilization_url = stack
+            .as_ref()
+            .and_then(|s| s.url("utilization-service").cloned());
+        if let Some(e) = &emulator {
+            let _ = http
+                .post(
+                    e.join("_emulator/stats/reset")
+                        .unwrap_or_else(|_| e.clone()),
+                )
+                .send()
+                .await;
+        }
+        let before = scrape(&http, utilization_url.as_ref()).await;
+        // Sample the emulator every second while the load runs.
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let sampler = emulator.clone().map(|e| {
+            let http = http.clone();
+            let container = container.to_owned();
+            tokio::spawn(async move {
+                let mut series = Vec::new();
+                let mut last = EmulatorSnapshot::default();
+                let started = Instant::now();
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = &mut stopped => break series,
+                    }
+                    if let Some(now) = emulator_snapshot(&http, &e, &container).await {
+                        series.push(CosmosSample {
+                            t: started.elapsed().as_secs(),
+                            ok: now.ok.saturating_sub(last.ok),
+                            throttled: now.throttled.saturating_sub(last.throttled),
+                            ru_per_partition: now.ru_last_second.clone(),
+                        });
+                        last = now;
+                    }
+                }
+            })
+        });
+        let summary: LoadSummary = load::run(target.clone(), profile, true, &stage.name).await;
+        let _ = stop.send(());
+        let cosmos_series = match sampler {
+            Some(task) => task.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let after = scrape(&http, utilization_url.as_ref()).await;
+        let snapshot = match &emulator {
+            Some(e) => emulator_snapshot(&http, e, container)
+                .await
+                .unwrap_or_default(),
+            None => EmulatorSnapshot::default(),
+        };
+        let report = StageReport::new(
+            stage,
+            &summary,
+            utilization_latency(&before, &after),
+            CosmosFigures {
+                requests: snapshot.ok + snapshot.throttled,
+                throttled_requests: snapshot.throttled,
+                ru_total: (snapshot.ru_total * 100.0).round() / 100.0,
+                ru_per_operation: ratio(
+                    after.ru_sum - before.ru_sum,
+                    after.ru_count - before.ru_count,
+                ),
+                calls_per_operation: ratio(
+                    after.calls_sum - before.calls_sum,
+                    after.calls_count - before.calls_count,
+                ),
+                max_ru_per_partition_per_sec: snapshot.max_ru_per_partition_per_sec,
+                provisioned_ru_per_partition: (snapshot.provisioned_ru_per_partition * 100.0)
+                    .round()
+                    / 100.0,
+            },
+            summary.series.clone(),
+            cosmos_series,
+        );
+        eprintln!("  {}", report.one_line());
+        reports.push(report);
+    }
+    let report = Report::new(
+        id,
+        args.profile,
+        profile,
+        model,
+        reports,
+        total_started.elapsed(),
+    );
+    report.write(&dir, &args.reports)?;
+    println!("{}", report.markdown_table());
+    println!("report: {}", dir.join("report.html").display());
+    if let Some(stack) = stack {
+        if args.keep_up {
+            println!("\nthe stack stays up (Ctrl-C stops it):");
+            for c in stack.components() {
+                println!("  {:20} {}", c.name, c.url);
+            }
+            service_kit::server::shutdown_signal().await;
+        }
+        stack.shutdown().await;
+    }
+    Ok(dir)
+}
+
+async fn seed_and_report(args: &SeedArgs, skip: bool) -> Result<(), TuneError> {
+    if skip {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let written = seed::seed(args, true).await?;
+    eprintln!(
+        "seeded {written} documents in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+async fn post_model(http: &reqwest::Client, emulator: &url::Url, body: serde_json::Value) {
+    if let Ok(url) = emulator.join("_emulator/config") {
+        let _ = http.post(url).json(&body).send().await;
+    }
+}
+
+fn knobs(stage: &Stage) -> QueryKnobs {
+    QueryKnobs {
+        parallelism: stage.config.query_parallelism,
+        use_partition_key: stage.config.use_partition_key,
+    }
+}
+
+fn describe(stage: &Stage) -> String {
+    let c = &stage.config;
+    format!(
+        "{} RU/s, {} partitions, parallelism {}, partition key {}",
+        c.provisioned_ru_per_second, c.partitions, c.query_parallelism, c.use_partition_key
+    )
+}

@@ -1,0 +1,87 @@
+//! The main job end to end: `loadtest tune --profile quick` from the real binary, which
+//! starts the whole local stack as separate processes, seeds it and runs four stages.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn quick_tuning_run_writes_a_report_with_the_study_shape() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let reports = dir.path().join("reports");
+    let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["tune", "--profile", "quick", "--owners", "300", "--reports"])
+        .arg(&reports)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("loadtest runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "tune failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("| 1-baseline | measured |"), "{stdout}");
+
+    let latest = reports.join("latest");
+    for file in ["report.json", "report.md", "report.html"] {
+        assert!(latest.join(file).is_file(), "{file} written");
+    }
+    let html = std::fs::read_to_string(latest.join("report.html")).expect("html");
+    assert!(
+        html.contains("<svg") && !html.contains("<script src"),
+        "charts inline, no CDN"
+    );
+
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(latest.join("report.json")).expect("json"))
+            .expect("valid json");
+    let stages = report["stages"].as_array().expect("stages array");
+    assert_eq!(stages.len(), 4);
+    for stage in stages {
+        for key in [
+            "name",
+            "config",
+            "requests",
+            "successful_requests",
+            "failed_requests",
+            "throughput_rps",
+        ] {
+            assert!(!stage[key].is_null(), "stage has {key}");
+        }
+        for key in ["avg", "p50", "p90", "p95", "p99", "max"] {
+            assert!(stage["latency_ms"][key].is_number(), "latency_ms.{key}");
+            assert!(
+                stage["utilization_latency_ms"][key].is_number(),
+                "utilization_latency_ms.{key}"
+            );
+        }
+        for key in [
+            "requests",
+            "throttled_requests",
+            "ru_total",
+            "ru_per_operation",
+            "calls_per_operation",
+            "max_ru_per_partition_per_sec",
+            "provisioned_ru_per_partition",
+        ] {
+            assert!(stage["cosmos"][key].is_number(), "cosmos.{key}");
+        }
+        assert!(
+            stage["successful_requests"].as_u64().unwrap_or(0) > 0,
+            "{}",
+            stage["name"]
+        );
+    }
+    let cosmos = |i: usize, key: &str| stages[i]["cosmos"][key].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        cosmos(0, "throttled_requests") > 0.0,
+        "stage 1 is throttled"
+    );
+    assert_eq!(cosmos(1, "throttled_requests"), 0.0, "stage 2 is not");
+    assert!(
+        (cosmos(3, "calls_per_operation") - 1.0).abs() < 0.05,
+        "stage 4: one call per operation"
+    );
+    assert!(
+        cosmos(2, "ru_per_operation") >= 5.0 * cosmos(3, "ru_per_operation"),
+        "the partition key cuts RU per operation at least 5×"
+    );
+}

@@ -1,0 +1,89 @@
+//! `loadtest up` starts every component as its own process and leaves none behind.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Pids of processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Field 4 (after the parenthesised command name) is the parent pid.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn killing_up_leaves_no_process_behind() {
+    let logs = tempfile::tempdir().expect("temp dir");
+    let mut up = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["up", "--owners", "20", "--months", "2", "--logs"])
+        .arg(logs.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("loadtest up starts");
+    let stdout = up.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut gateway = None;
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if line.trim_start().starts_with("gateway") {
+            gateway = line.split_whitespace().nth(1).map(str::to_owned);
+        }
+        if line.contains("Ctrl-C") {
+            break;
+        }
+    }
+    let gateway = gateway.expect("up printed the gateway's URL");
+    let children = children_of(up.id());
+    assert_eq!(
+        children.len(),
+        5,
+        "emulator, three backends and the gateway: {children:?}"
+    );
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let status = runtime
+        .block_on(reqwest::get(format!(
+            "{gateway}api/invoices?ownerId=o00001&year=2026&month=12"
+        )))
+        .expect("the gateway answers")
+        .status();
+    assert_eq!(status.as_u16(), 200);
+
+    // SIGKILL: `up` gets no chance to clean up; its children must still go.
+    up.kill().expect("kill -9");
+    up.wait().expect("reaped");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let survivors: Vec<&u32> = children.iter().filter(|pid| alive(**pid)).collect();
+    assert!(survivors.is_empty(), "orphans left behind: {survivors:?}");
+}
