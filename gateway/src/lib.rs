@@ -216,22 +216,8 @@ pub async fn run(
 
 /// The binary's `main`: telemetry, serve until SIGTERM, flush spans.
 pub async fn main(listen: SocketAddr, args: GatewayArgs) -> std::process::ExitCode {
-    service_kit::telemetry::init_logging();
-    let telemetry = match Telemetry::from_env(SERVICE_NAME) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("{SERVICE_NAME}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let state = match AppState::new(&args, telemetry.clone()) {
-        Ok(state) => state,
-        Err(e) => {
-            eprintln!("{SERVICE_NAME}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let code = server::listen_and_serve(SERVICE_NAME, listen, build_app(state)).await;
-    telemetry.shutdown();
-    code
+    server::run_service(SERVICE_NAME, listen, |telemetry| async move {
+        AppState::new(&args, telemetry).map(build_app)
+    })
+    .await
 }

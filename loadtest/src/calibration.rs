@@ -5,11 +5,11 @@
 //! The levers: a physical partition serves `partition_concurrency` queries at once, each
 //! for `service_ms + ms_per_ru × charge`; every response adds `rtt_ms`. With the study's
 //! ~2.95 RU per partition query that is ~92 ms per partition query and a capacity of
-//! ~85 queries/s per partition. Then, with 40 users and no think time:
+//! ~76 queries/s per partition. Then, with 40 users and no think time:
 //! - serial fan-out (stages 1–2): 9 × ~105 ms ≈ 1 s per request → ~40 req/s, which needs
 //!   ~118 RU/s per partition: over stage 1's 100 (429s), under stage 2's 278 (none);
-//! - parallel fan-out (stage 3): partitions saturate near 85 queries/s → ~80 req/s (2×)
-//!   at ~236 RU/s per partition, still under 278 (no 429s);
+//! - parallel fan-out (stage 3): partitions saturate near 76 queries/s → ~70 req/s (2×+)
+//!   at ~210 RU/s per partition, safely under 278 (no 429s even in bursts);
 //! - partition key (stage 4): one ~3.4 RU query per request, ~115 ms: limited by CPU.
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +32,7 @@ impl Default for EmulatorModel {
             service_ms: 4.0,
             ms_per_ru: 30.0,
             jitter: 0.2,
-            partition_concurrency: 8,
+            partition_concurrency: 7,
         }
     }
 }

@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Gateway base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080/")]
     pub target: url::Url,
+    /// Path to request, with `?ownerId&year&month` added (a backend's route works too).
+    #[arg(long, default_value = crate::tune::INVOICES)]
+    pub path: String,
     #[arg(long, value_enum, default_value = "step")]
     pub profile: ProfileKind,
     /// Run length in seconds.
@@ -189,6 +192,7 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
             };
             let target = Target {
                 gateway: args.target.clone(),
+                path: args.path.clone(),
                 data: crate::data::DataSet {
                     seed: 0,
                     owners: args.owners,

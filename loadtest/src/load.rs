@@ -248,6 +248,8 @@ pub struct LoadSummary {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub gateway: url::Url,
+    /// Path requested (the gateway's `/api/invoices`, or a backend's route).
+    pub path: String,
     pub data: DataSet,
     /// Client-side timeout of one request.
     pub timeout: Duration,
@@ -259,7 +261,7 @@ impl Target {
         let owner = rng.random_range(0..self.data.owners.max(1));
         let (year, month) = DataSet::month(rng.random_range(0..self.data.months.max(1)));
         let mut url = self.gateway.clone();
-        url.set_path("/api/invoices");
+        url.set_path(&self.path);
         url.set_query(Some(&format!(
             "ownerId={}&year={year}&month={month}",
             DataSet::owner_id(owner)
@@ -355,7 +357,7 @@ pub async fn run(
                     task_recorder.record(intended, outcome, intended.elapsed());
                     drop(permit);
                 });
-                if k % 64 == 0 {
+                if k.is_multiple_of(64) {
                     update_bar(&bar, &recorder, started, deadline, None);
                 }
             }
@@ -503,6 +505,7 @@ mod tests {
         });
         let target = Target {
             gateway: url::Url::parse(&format!("http://{addr}/")).expect("url"),
+            path: "/api/invoices".into(),
             data: DataSet {
                 seed: 1,
                 owners: 10,

@@ -278,18 +278,18 @@ impl Report {
             body.push_str(&line_chart(
                 "Users and throughput (req/s)",
                 &[
-                    ("users", "#9ca3af", t(&|x| x.users as f64)),
-                    ("ok req/s", "#16a34a", t(&|x| x.ok as f64)),
-                    ("failed req/s", "#dc2626", t(&|x| x.errors as f64)),
+                    Series::new("users", "#9ca3af", t(&|x| x.users as f64)),
+                    Series::new("ok req/s", "#16a34a", t(&|x| x.ok as f64)),
+                    Series::new("failed req/s", "#dc2626", t(&|x| x.errors as f64)),
                 ],
                 None,
             ));
             body.push_str(&line_chart(
                 "End-to-end latency (ms)",
                 &[
-                    ("p50", "#16a34a", t(&|x| x.latency_ms.p50)),
-                    ("p95", "#f59e0b", t(&|x| x.latency_ms.p95)),
-                    ("p99", "#dc2626", t(&|x| x.latency_ms.p99)),
+                    Series::new("p50", "#16a34a", t(&|x| x.latency_ms.p50)),
+                    Series::new("p95", "#f59e0b", t(&|x| x.latency_ms.p95)),
+                    Series::new("p99", "#dc2626", t(&|x| x.latency_ms.p99)),
                 ],
                 None,
             ));
@@ -299,8 +299,8 @@ impl Report {
             body.push_str(&line_chart(
                 "Cosmos calls per second: 2xx vs 429",
                 &[
-                    ("2xx", "#16a34a", c(&|x| x.ok as f64)),
-                    ("429", "#dc2626", c(&|x| x.throttled as f64)),
+                    Series::new("2xx", "#16a34a", c(&|x| x.ok as f64)),
+                    Series::new("429", "#dc2626", c(&|x| x.throttled as f64)),
                 ],
                 None,
             ));
@@ -314,22 +314,18 @@ impl Report {
                 "#2563eb", "#7c3aed", "#db2777", "#ea580c", "#ca8a04", "#16a34a", "#0891b2",
                 "#4b5563", "#9333ea",
             ];
-            let per_partition: Vec<(String, &str, Vec<(f64, f64)>)> = (0..partitions)
+            let per_partition: Vec<Series> = (0..partitions)
                 .map(|p| {
-                    (
+                    Series::new(
                         format!("partition {p}"),
                         palette[p % palette.len()],
                         c(&|x| x.ru_per_partition.get(p).copied().unwrap_or(0.0)),
                     )
                 })
                 .collect();
-            let refs: Vec<(&str, &str, Vec<(f64, f64)>)> = per_partition
-                .iter()
-                .map(|(n, col, d)| (n.as_str(), *col, d.clone()))
-                .collect();
             body.push_str(&line_chart(
                 "RU/s per partition (dashed: provisioned)",
-                &refs,
+                &per_partition,
                 Some(s.cosmos.provisioned_ru_per_partition),
             ));
             body.push_str("</div>");
@@ -373,6 +369,23 @@ fn markdown_table_to_html(md: &str) -> String {
     }
     out.push_str("</table>");
     out
+}
+
+/// One line of a chart.
+struct Series {
+    name: String,
+    color: &'static str,
+    points: Vec<(f64, f64)>,
+}
+
+impl Series {
+    fn new(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name: name.into(),
+            color,
+            points,
+        }
+    }
 }
 
 const W: f64 = 520.0;
@@ -433,29 +446,31 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-fn line_chart(title: &str, series: &[(&str, &str, Vec<(f64, f64)>)], hline: Option<f64>) -> String {
+fn line_chart(title: &str, series: &[Series], hline: Option<f64>) -> String {
     let x_max = series
         .iter()
-        .flat_map(|(_, _, d)| d.iter().map(|p| p.0))
+        .flat_map(|s| s.points.iter().map(|p| p.0))
         .fold(1.0, f64::max);
     let y_max = nice_max(
         series
             .iter()
-            .flat_map(|(_, _, d)| d.iter().map(|p| p.1))
+            .flat_map(|s| s.points.iter().map(|p| p.1))
             .chain(hline)
             .fold(0.0, f64::max),
     );
     let sx = |x: f64| PAD + (W - PAD - 10.0) * x / x_max;
     let sy = |y: f64| H - PAD - (H - 2.0 * PAD - 20.0 + PAD) * y / y_max;
     let mut inner = String::new();
-    for (_, color, data) in series {
-        let points: Vec<String> = data
+    for line in series {
+        let points: Vec<String> = line
+            .points
             .iter()
             .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
             .collect();
         let _ = write!(
             inner,
-            "<polyline fill='none' stroke='{color}' stroke-width='1.5' points='{}'/>",
+            "<polyline fill='none' stroke='{}' stroke-width='1.5' points='{}'/>",
+            line.color,
             points.join(" ")
         );
     }
@@ -468,7 +483,11 @@ fn line_chart(title: &str, series: &[(&str, &str, Vec<(f64, f64)>)], hline: Opti
             sy(h)
         );
     }
-    let legend: Vec<(&str, &str)> = series.iter().take(9).map(|(n, c, _)| (*n, *c)).collect();
+    let legend: Vec<(&str, &str)> = series
+        .iter()
+        .take(9)
+        .map(|s| (s.name.as_str(), s.color))
+        .collect();
     frame(title, y_max, x_max, &inner, &legend)
 }
 
@@ -525,7 +544,7 @@ mod tests {
     fn charts_are_self_contained_svg() {
         let svg = line_chart(
             "t <x>",
-            &[("a", "#000", vec![(0.0, 1.0), (1.0, 2.0)])],
+            &[Series::new("a", "#000", vec![(0.0, 1.0), (1.0, 2.0)])],
             Some(1.5),
         );
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));

@@ -19,6 +19,8 @@ use crate::seed::{self, SeedArgs};
 use crate::stack::{QueryKnobs, Stack};
 use crate::stages::{self, Stage};
 
+pub const INVOICES: &str = "/api/invoices";
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
     /// How long each stage runs: study (8 min), default (2 min), quick (30 s).
@@ -273,6 +275,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     let profile = args.profile.load();
     let target = Target {
         gateway: gateway.clone(),
+        path: INVOICES.into(),
         data: seed_args.data_set(),
         timeout: Duration::from_secs(60),
     };

@@ -95,6 +95,49 @@ pub struct CosmosArgs {
     pub region: String,
 }
 
+/// Why a Cosmos-backed endpoint could not answer: the caller's mistake (400), Cosmos
+/// throttling beyond the SDK's retries (503 + `Retry-After`), or another Cosmos failure
+/// (502).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{}", .0.title)]
+    BadRequest(crate::Problem),
+    #[error("Cosmos DB is throttling requests (429) beyond the retry budget")]
+    Throttled,
+    #[error("Cosmos DB request failed: {0}")]
+    Cosmos(String),
+}
+
+impl axum::response::IntoResponse for BackendError {
+    fn into_response(self) -> axum::response::Response {
+        use axum::http::StatusCode;
+        match self {
+            BackendError::BadRequest(problem) => problem.into_response(),
+            BackendError::Throttled => {
+                crate::Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Cosmos DB is throttling")
+                    .with_detail(self.to_string())
+                    .with_retry_after(1)
+                    .into_response()
+            }
+            BackendError::Cosmos(_) => {
+                crate::Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
+                    .with_detail(self.to_string())
+                    .into_response()
+            }
+        }
+    }
+}
+
+impl From<azure_data_cosmos::CosmosError> for BackendError {
+    fn from(e: azure_data_cosmos::CosmosError) -> Self {
+        if u16::from(e.status().status_code()) == 429 {
+            BackendError::Throttled
+        } else {
+            BackendError::Cosmos(e.to_string())
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("invalid Cosmos endpoint {endpoint:?}: {reason}")]

@@ -281,3 +281,35 @@ pub async fn listen_and_serve(
         }
     }
 }
+
+/// A service binary's whole life: logging, telemetry from the `OTEL_*` environment, the
+/// app built by `build` (which may connect to Cosmos), serving until SIGTERM / Ctrl-C,
+/// and flushing spans on the way out.
+pub async fn run_service<F, Fut>(
+    service_name: &str,
+    listen: std::net::SocketAddr,
+    build: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(Telemetry) -> Fut,
+    Fut: Future<Output = Result<Router, String>>,
+{
+    crate::telemetry::init_logging();
+    let telemetry = match Telemetry::from_env(service_name) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let app = match build(telemetry.clone()).await {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = listen_and_serve(service_name, listen, app).await;
+    telemetry.shutdown();
+    code
+}

@@ -7,8 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use azure_data_cosmos::clients::ContainerClient;
@@ -18,9 +16,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::cosmos::{ClockAnchor, CosmosArgs, CosmosTelemetry};
+use crate::cosmos::{BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry};
 use crate::server::{self, Instrumentation, Limits, RequestContext};
-use crate::{OwnerMonth, Problem, Telemetry};
+use crate::{OwnerMonth, Telemetry};
 
 /// What distinguishes one summary backend from another.
 pub trait Summary: DeserializeOwned + Serialize + Default + Send + Sync + 'static {
@@ -35,36 +33,6 @@ pub trait Summary: DeserializeOwned + Serialize + Default + Send + Sync + 'stati
 pub struct SummaryArgs {
     #[command(flatten)]
     pub cosmos: CosmosArgs,
-}
-
-/// Why a summary could not be served.
-#[derive(Debug, thiserror::Error)]
-pub enum SummaryError {
-    #[error("{}", .0.title)]
-    BadRequest(Problem),
-    #[error("Cosmos DB is throttling requests (429) beyond the retry budget")]
-    Throttled,
-    #[error("Cosmos DB request failed: {0}")]
-    Cosmos(String),
-}
-
-impl IntoResponse for SummaryError {
-    fn into_response(self) -> Response {
-        match self {
-            SummaryError::BadRequest(problem) => problem.into_response(),
-            SummaryError::Throttled => {
-                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Cosmos DB is throttling")
-                    .with_detail(self.to_string())
-                    .with_retry_after(1)
-                    .into_response()
-            }
-            SummaryError::Cosmos(_) => {
-                Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
-                    .with_detail(self.to_string())
-                    .into_response()
-            }
-        }
-    }
 }
 
 pub struct SummaryState<S> {
@@ -125,8 +93,8 @@ async fn summary<S: Summary>(
     State(state): State<Arc<SummaryState<S>>>,
     RequestContext(cx): RequestContext,
     RawQuery(query): RawQuery,
-) -> Result<Json<S>, SummaryError> {
-    let request = OwnerMonth::from_query(query.as_deref()).map_err(SummaryError::BadRequest)?;
+) -> Result<Json<S>, BackendError> {
+    let request = OwnerMonth::from_query(query.as_deref()).map_err(BackendError::BadRequest)?;
     let tracer = state.cosmos.telemetry().tracer();
     let span = tracer
         .span_builder(format!("read_item {}", S::CONTAINER))
@@ -157,11 +125,10 @@ async fn summary<S: Summary>(
         Ok(response) => response
             .into_model::<S>()
             .map(Json)
-            .map_err(|e| SummaryError::Cosmos(format!("unexpected summary document: {e}"))),
+            .map_err(|e| BackendError::Cosmos(format!("unexpected summary document: {e}"))),
         // A month without deliveries has no summary document: zero, not an error.
         Err(e) if u16::from(e.status().status_code()) == 404 => Ok(Json(S::default())),
-        Err(e) if u16::from(e.status().status_code()) == 429 => Err(SummaryError::Throttled),
-        Err(e) => Err(SummaryError::Cosmos(e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -174,28 +141,16 @@ pub async fn run<S: Summary>(
     server::serve(listener, build_app(state), shutdown).await
 }
 
-/// The `main` of a summary backend: flags, telemetry, connect, serve, flush.
+/// The `main` of a summary backend: telemetry, connect, serve, flush.
 pub async fn main<S: Summary>(
     service_name: &str,
     listen: SocketAddr,
     args: SummaryArgs,
 ) -> std::process::ExitCode {
-    crate::telemetry::init_logging();
-    let telemetry = match Telemetry::from_env(service_name) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("{service_name}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let state = match SummaryState::<S>::connect(&args, telemetry.clone()).await {
-        Ok(state) => state,
-        Err(e) => {
-            eprintln!("{service_name}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let code = crate::server::listen_and_serve(service_name, listen, build_app(state)).await;
-    telemetry.shutdown();
-    code
+    crate::server::run_service(service_name, listen, |telemetry| async move {
+        SummaryState::<S>::connect(&args, telemetry)
+            .await
+            .map(build_app)
+    })
+    .await
 }

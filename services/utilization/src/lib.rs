@@ -22,15 +22,13 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use azure_data_cosmos::clients::ContainerClient;
 use serde::{Deserialize, Serialize};
-use service_kit::cosmos::{CosmosArgs, CosmosTelemetry};
+use service_kit::cosmos::{BackendError, CosmosArgs, CosmosTelemetry};
 use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
-use service_kit::{OwnerMonth, Problem, Telemetry};
+use service_kit::{OwnerMonth, Telemetry};
 use tokio::net::TcpListener;
 
 pub const SERVICE_NAME: &str = "utilization-service";
@@ -105,44 +103,8 @@ pub struct Utilization {
     pub assigned_hours: f64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum UtilizationError {
-    #[error("{}", .0.title)]
-    BadRequest(Problem),
-    #[error("Cosmos DB is throttling requests (429) beyond the retry budget")]
-    Throttled,
-    #[error("Cosmos DB request failed: {0}")]
-    Cosmos(String),
-}
-
-impl IntoResponse for UtilizationError {
-    fn into_response(self) -> Response {
-        match self {
-            UtilizationError::BadRequest(problem) => problem.into_response(),
-            UtilizationError::Throttled => {
-                Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Cosmos DB is throttling")
-                    .with_detail(self.to_string())
-                    .with_retry_after(1)
-                    .into_response()
-            }
-            UtilizationError::Cosmos(_) => {
-                Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
-                    .with_detail(self.to_string())
-                    .into_response()
-            }
-        }
-    }
-}
-
-impl From<azure_data_cosmos::CosmosError> for UtilizationError {
-    fn from(e: azure_data_cosmos::CosmosError) -> Self {
-        if u16::from(e.status().status_code()) == 429 {
-            UtilizationError::Throttled
-        } else {
-            UtilizationError::Cosmos(e.to_string())
-        }
-    }
-}
+/// The service's error: a bad request, or Cosmos throttling or failing.
+pub type UtilizationError = BackendError;
 
 pub struct AppState {
     container: ContainerClient,
@@ -232,22 +194,8 @@ pub async fn run(
 
 /// The binary's `main`: telemetry, connect, serve until SIGTERM, flush spans.
 pub async fn main(listen: SocketAddr, args: UtilizationArgs) -> std::process::ExitCode {
-    service_kit::telemetry::init_logging();
-    let telemetry = match Telemetry::from_env(SERVICE_NAME) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("{SERVICE_NAME}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let state = match AppState::connect(&args, telemetry.clone()).await {
-        Ok(state) => state,
-        Err(e) => {
-            eprintln!("{SERVICE_NAME}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let code = server::listen_and_serve(SERVICE_NAME, listen, build_app(state)).await;
-    telemetry.shutdown();
-    code
+    server::run_service(SERVICE_NAME, listen, |telemetry| async move {
+        AppState::connect(&args, telemetry).await.map(build_app)
+    })
+    .await
 }
