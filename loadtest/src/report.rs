@@ -317,7 +317,7 @@ impl Report {
             let per_partition: Vec<Series> = (0..partitions)
                 .map(|p| {
                     Series::new(
-                        format!("partition {p}"),
+                        format!("p{p}"),
                         palette[p % palette.len()],
                         c(&|x| x.ru_per_partition.get(p).copied().unwrap_or(0.0)),
                     )
@@ -405,7 +405,13 @@ fn nice_max(v: f64) -> f64 {
     step * magnitude
 }
 
-fn frame(title: &str, y_max: f64, x_max: f64, inner: &str, legend: &[(&str, &str)]) -> String {
+fn frame(
+    title: &str,
+    y_max: f64,
+    x_max: Option<f64>,
+    inner: &str,
+    legend: &[(&str, &str)],
+) -> String {
     let mut svg = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' viewBox='0 0 {W} {H}' font-size='11'><text x='{PAD}' y='14' font-weight='bold'>{}</text>",
         escape(title)
@@ -421,13 +427,15 @@ fn frame(title: &str, y_max: f64, x_max: f64, inner: &str, legend: &[(&str, &str
             fmt_num(y_max * i as f64 / 4.0)
         );
     }
-    let _ = write!(
-        svg,
-        "<text x='{}' y='{}' text-anchor='end'>{} s</text>",
-        W - 10.0,
-        H - PAD + 14.0,
-        fmt_num(x_max)
-    );
+    if let Some(x_max) = x_max {
+        let _ = write!(
+            svg,
+            "<text x='{}' y='{}' text-anchor='end'>{} s</text>",
+            W - 10.0,
+            H - PAD + 14.0,
+            fmt_num(x_max)
+        );
+    }
     svg.push_str(inner);
     let mut x = PAD;
     for (name, color) in legend {
@@ -488,7 +496,7 @@ fn line_chart(title: &str, series: &[Series], hline: Option<f64>) -> String {
         .take(9)
         .map(|s| (s.name.as_str(), s.color))
         .collect();
-    frame(title, y_max, x_max, &inner, &legend)
+    frame(title, y_max, Some(x_max), &inner, &legend)
 }
 
 fn bar_chart(title: &str, labels: &[String], series: &[(&str, &str, Vec<f64>)]) -> String {
@@ -525,7 +533,7 @@ fn bar_chart(title: &str, labels: &[String], series: &[(&str, &str, Vec<f64>)]) 
         );
     }
     let legend: Vec<(&str, &str)> = series.iter().map(|(n, c, _)| (*n, *c)).collect();
-    frame(title, y_max, groups, &inner, &legend)
+    frame(title, y_max, None, &inner, &legend)
 }
 
 #[cfg(test)]
