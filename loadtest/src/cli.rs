@@ -248,11 +248,7 @@ async fn up(args: UpArgs) -> Result<(), String> {
     let mut stack = Stack::start_emulator(&args.logs, args.partitions, &model)
         .await
         .map_err(|e| e.to_string())?;
-    let mut seed = args.seed.clone();
-    seed.cosmos.endpoint = stack.emulator.url.to_string();
-    crate::seed::seed(&seed, true)
-        .await
-        .map_err(|e| e.to_string())?;
+    stack.seed(&args.seed).await.map_err(|e| e.to_string())?;
     stack
         .start_services(QueryKnobs {
             parallelism: args.query_parallelism,

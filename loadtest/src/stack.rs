@@ -91,6 +91,33 @@ impl Stack {
         })
     }
 
+    /// Seeds the emulator with its latency model off (seconds instead of minutes), then
+    /// switches the model back on.
+    pub async fn seed(
+        &self,
+        args: &crate::seed::SeedArgs,
+    ) -> Result<usize, crate::seed::SeedError> {
+        let mut args = args.clone();
+        args.cosmos.endpoint = self.emulator.url.to_string();
+        self.set_latency(false).await;
+        let seeded = crate::seed::seed(&args, true).await;
+        self.set_latency(true).await;
+        seeded
+    }
+
+    async fn set_latency(&self, on: bool) {
+        if let Ok(url) = self.emulator.url.join("_emulator/config") {
+            let sent = reqwest::Client::new()
+                .post(url)
+                .json(&serde_json::json!({ "latency": on }))
+                .send()
+                .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "could not switch the emulator's latency model");
+            }
+        }
+    }
+
     /// Starts the backends and the gateway against the emulator.
     pub async fn start_services(&mut self, knobs: QueryKnobs) -> Result<(), StackError> {
         let cosmos = vec![

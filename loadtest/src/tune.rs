@@ -246,15 +246,14 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             let mut s =
                 Stack::start_emulator(&dir.join("logs"), first.config.partitions, &model).await?;
             seed_args.cosmos.endpoint = s.emulator.url.to_string();
-            // Seed at full speed, then switch the latency model on for the stages.
-            post_model(
-                &http,
-                &s.emulator.url,
-                serde_json::json!({"latency": false}),
-            )
-            .await;
-            seed_and_report(&seed_args, args.skip_seed).await?;
-            post_model(&http, &s.emulator.url, serde_json::json!({"latency": true})).await;
+            if !args.skip_seed {
+                let started = Instant::now();
+                let written = s.seed(&seed_args).await?;
+                eprintln!(
+                    "seeded {written} documents in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
             s.start_services(knobs(&first)).await?;
             let url = s
                 .url("gateway")
@@ -264,8 +263,13 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             url
         }
     };
-    if args.target.is_some() {
-        seed_and_report(&seed_args, args.skip_seed).await?;
+    if args.target.is_some() && !args.skip_seed {
+        let started = Instant::now();
+        let written = seed::seed(&seed_args, true).await?;
+        eprintln!(
+            "seeded {written} documents in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     let client = seed_args
         .cosmos
@@ -416,25 +420,6 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         stack.shutdown().await;
     }
     Ok(dir)
-}
-
-async fn seed_and_report(args: &SeedArgs, skip: bool) -> Result<(), TuneError> {
-    if skip {
-        return Ok(());
-    }
-    let started = Instant::now();
-    let written = seed::seed(args, true).await?;
-    eprintln!(
-        "seeded {written} documents in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
-async fn post_model(http: &reqwest::Client, emulator: &url::Url, body: serde_json::Value) {
-    if let Ok(url) = emulator.join("_emulator/config") {
-        let _ = http.post(url).json(&body).send().await;
-    }
 }
 
 fn knobs(stage: &Stage) -> QueryKnobs {
