@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::CosmosClient;
-use serde::{Deserialize, Serialize};
 
 use crate::calibration::{EmulatorModel, RunProfile};
 use crate::load::{self, LoadSummary, Percentiles, Target};
@@ -144,7 +143,7 @@ fn utilization_latency(before: &UtilizationMetrics, after: &UtilizationMetrics) 
 }
 
 /// The emulator's counters for the utilization containers.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default)]
 struct EmulatorSnapshot {
     ok: u64,
     throttled: u64,

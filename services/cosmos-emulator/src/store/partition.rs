@@ -249,14 +249,11 @@ impl PartitionData {
             }
         }
         // Only report a continuation if something remains after the last returned row.
-        if let Some(last) = page.last_seq {
-            let more = candidates
-                .any(|(_, doc)| scope.admits(doc) && query.matches(&doc.body).unwrap_or(false));
-            if !more {
-                page.last_seq = None;
-            } else {
-                page.last_seq = Some(last);
-            }
+        if page.last_seq.is_some()
+            && !candidates
+                .any(|(_, doc)| scope.admits(doc) && query.matches(&doc.body).unwrap_or(false))
+        {
+            page.last_seq = None;
         }
         Ok(page)
     }
