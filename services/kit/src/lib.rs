@@ -15,4 +15,4 @@ pub mod telemetry;
 pub use domain::{Month, OwnerId, OwnerMonth, Year};
 pub use problem::Problem;
 pub use server::{Instrumentation, Limits, ReadinessCheck, RequestContext};
-pub use telemetry::Telemetry;
+pub use telemetry::{OtlpProtocol, Telemetry};

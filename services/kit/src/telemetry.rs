@@ -26,6 +26,13 @@ pub enum TelemetryError {
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+    HttpProtobuf,
+}
+
 /// A service's tracer and the provider behind it (flushed on shutdown).
 #[derive(Clone)]
 pub struct Telemetry {
@@ -53,29 +60,60 @@ impl Telemetry {
         if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(Self::disabled());
         }
-        let protocol = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        let protocol = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
-            .unwrap_or_else(|| "grpc".into());
+            .as_deref()
+        {
+            None | Some("grpc") => OtlpProtocol::Grpc,
+            Some("http/protobuf") => OtlpProtocol::HttpProtobuf,
+            Some(other) => return Err(TelemetryError::UnsupportedProtocol(other.to_owned())),
+        };
         let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
-        let exporter = match protocol.as_str() {
-            "grpc" => SpanExporter::builder()
+        Self::otlp(
+            resource(default_service_name),
+            default_service_name,
+            protocol,
+            endpoint.as_deref(),
+        )
+    }
+
+    /// Batches spans to `endpoint` (`http://host:port`) as `service_name`. Must run
+    /// inside the Tokio runtime.
+    pub fn otlp_to(
+        service_name: &str,
+        protocol: OtlpProtocol,
+        endpoint: &str,
+    ) -> Result<Self, TelemetryError> {
+        let resource = Resource::builder_empty()
+            .with_service_name(service_name.to_owned())
+            .build();
+        Self::otlp(resource, service_name, protocol, Some(endpoint))
+    }
+
+    fn otlp(
+        resource: Resource,
+        scope_name: &str,
+        protocol: OtlpProtocol,
+        endpoint: Option<&str>,
+    ) -> Result<Self, TelemetryError> {
+        let exporter = match protocol {
+            OtlpProtocol::Grpc => SpanExporter::builder()
                 .with_tonic()
-                .with_endpoint(endpoint.unwrap_or_else(|| DEFAULT_GRPC_ENDPOINT.into()))
+                .with_endpoint(endpoint.unwrap_or(DEFAULT_GRPC_ENDPOINT))
                 .build()?,
-            "http/protobuf" => {
-                let base = endpoint.unwrap_or_else(|| DEFAULT_HTTP_ENDPOINT.into());
+            OtlpProtocol::HttpProtobuf => {
+                let base = endpoint.unwrap_or(DEFAULT_HTTP_ENDPOINT);
                 SpanExporter::builder()
                     .with_http()
                     .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
                     .build()?
             }
-            other => return Err(TelemetryError::UnsupportedProtocol(other.to_owned())),
         };
         let provider = SdkTracerProvider::builder()
-            .with_resource(resource(default_service_name))
+            .with_resource(resource)
             .with_batch_exporter(exporter)
             .build();
-        Ok(Self::from_provider(provider, default_service_name))
+        Ok(Self::from_provider(provider, scope_name))
     }
 
     /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).

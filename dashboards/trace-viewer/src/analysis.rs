@@ -1,0 +1,326 @@
+//! What one trace says about Cosmos DB: attempts, 429s, request units, how many attempts
+//! ran at once, how many partition key ranges were touched, and the time lost between a
+//! 429 and its retry. Works on the Jaeger model, so it reads traces from any
+//! Jaeger-compatible API; the UI's per-trace summary and `loadtest diagnose` share it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::jaeger::{Span, Trace};
+
+pub const COSMOS_SYSTEM: &str = "azure.cosmosdb";
+const STATUS: &str = "db.response.status_code";
+const CHARGE: &str = "azure.cosmosdb.operation.request_charge";
+const RANGE: &str = "azure.cosmosdb.partition_key_range_id";
+
+/// Cosmos activity and server time of one service within a trace.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSummary {
+    pub service: String,
+    /// Sum of the service's server-span durations (µs).
+    pub server_time_us: u64,
+    pub cosmos_attempts: usize,
+    pub cosmos_throttled: usize,
+    pub request_units: f64,
+    /// Most Cosmos attempts of this service in flight at one instant.
+    pub max_concurrent_attempts: usize,
+    /// Distinct partition key range ids its attempts reached.
+    pub partition_ranges: usize,
+    /// Time from sending a throttled attempt to sending its retry, summed (µs).
+    pub retry_wait_us: u64,
+}
+
+/// The gap between a 429 attempt and the retry that followed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryWait {
+    #[serde(rename = "throttledSpanID")]
+    pub throttled_span_id: String,
+    #[serde(rename = "retrySpanID")]
+    pub retry_span_id: Option<String>,
+    /// From the end of the 429 attempt (µs since the epoch)…
+    pub start_time: u64,
+    /// …to the start of the retry (µs).
+    pub duration: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceSummary {
+    #[serde(rename = "traceID")]
+    pub trace_id: String,
+    pub root_service: String,
+    pub root_operation: String,
+    pub start_time: u64,
+    pub duration_us: u64,
+    pub spans: usize,
+    pub error_spans: usize,
+    pub cosmos_attempts: usize,
+    pub cosmos_throttled: usize,
+    pub request_units: f64,
+    /// Across all services of the trace.
+    pub max_concurrent_attempts: usize,
+    pub services: Vec<ServiceSummary>,
+    pub retry_waits: Vec<RetryWait>,
+}
+
+impl TraceSummary {
+    pub fn service(&self, name: &str) -> Option<&ServiceSummary> {
+        self.services.iter().find(|s| s.service == name)
+    }
+}
+
+pub fn is_cosmos_attempt(span: &Span) -> bool {
+    span.tag_text("db.system.name").as_deref() == Some(COSMOS_SYSTEM) && span.tag(STATUS).is_some()
+}
+
+fn is_throttled(span: &Span) -> bool {
+    span.tag_text(STATUS).as_deref() == Some("429")
+}
+
+fn is_error(span: &Span) -> bool {
+    span.tag("error") == Some(&serde_json::Value::Bool(true))
+}
+
+/// Most intervals `[start, end)` overlapping at one instant.
+fn max_overlap<'a>(spans: impl Iterator<Item = &'a Span>) -> usize {
+    let mut edges: Vec<(u64, i32)> = spans
+        .flat_map(|s| [(s.start_time, 1), (s.end_time().max(s.start_time + 1), -1)])
+        .collect();
+    // Ends sort before starts at the same instant: back-to-back is not concurrent.
+    edges.sort_unstable();
+    let mut current = 0i32;
+    let mut max = 0i32;
+    for (_, delta) in edges {
+        current += delta;
+        max = max.max(current);
+    }
+    max as usize
+}
+
+/// For each 429 attempt, the next attempt under the same parent (and the same range,
+/// when known) — the SDK's retry.
+fn retry_waits(attempts: &[&Span]) -> Vec<RetryWait> {
+    attempts
+        .iter()
+        .filter(|a| is_throttled(a))
+        .map(|throttled| {
+            let range = throttled.tag_text(RANGE);
+            let retry = attempts
+                .iter()
+                .filter(|b| {
+                    b.span_id != throttled.span_id
+                        && b.parent_id() == throttled.parent_id()
+                        && b.start_time >= throttled.start_time
+                        && (range.is_none()
+                            || b.tag_text(RANGE).is_none()
+                            || b.tag_text(RANGE) == range)
+                })
+                .min_by_key(|b| b.start_time);
+            let end = throttled.end_time();
+            RetryWait {
+                throttled_span_id: throttled.span_id.clone(),
+                retry_span_id: retry.map(|r| r.span_id.clone()),
+                start_time: end,
+                duration: retry.map_or(0, |r| r.start_time.saturating_sub(end)),
+            }
+        })
+        .collect()
+}
+
+/// Summarises one trace.
+pub fn summarize(trace: &Trace) -> TraceSummary {
+    let root = trace.root();
+    let mut by_service: BTreeMap<&str, Vec<&Span>> = BTreeMap::new();
+    for span in &trace.spans {
+        by_service
+            .entry(trace.service_of(span))
+            .or_default()
+            .push(span);
+    }
+    let mut retry_waits_all = Vec::new();
+    let services = by_service
+        .iter()
+        .map(|(service, spans)| {
+            let attempts: Vec<&Span> = spans
+                .iter()
+                .copied()
+                .filter(|s| is_cosmos_attempt(s))
+                .collect();
+            let waits = retry_waits(&attempts);
+            let retry_wait_us = waits
+                .iter()
+                .filter_map(|w| {
+                    let throttled = attempts.iter().find(|a| a.span_id == w.throttled_span_id)?;
+                    Some(throttled.duration + w.duration)
+                })
+                .sum();
+            retry_waits_all.extend(waits);
+            ServiceSummary {
+                service: (*service).to_owned(),
+                server_time_us: spans
+                    .iter()
+                    .filter(|s| s.tag_text("span.kind").as_deref() == Some("server"))
+                    .map(|s| s.duration)
+                    .sum(),
+                cosmos_attempts: attempts.len(),
+                cosmos_throttled: attempts.iter().filter(|a| is_throttled(a)).count(),
+                request_units: attempts.iter().filter_map(|a| a.tag_f64(CHARGE)).sum(),
+                max_concurrent_attempts: max_overlap(attempts.iter().copied()),
+                partition_ranges: attempts
+                    .iter()
+                    .filter_map(|a| a.tag_text(RANGE))
+                    .collect::<BTreeSet<_>>()
+                    .len(),
+                retry_wait_us,
+            }
+        })
+        .collect::<Vec<_>>();
+    TraceSummary {
+        trace_id: trace.trace_id.clone(),
+        root_service: root
+            .map(|r| trace.service_of(r).to_owned())
+            .unwrap_or_default(),
+        root_operation: root.map(|r| r.operation_name.clone()).unwrap_or_default(),
+        start_time: trace.spans.iter().map(|s| s.start_time).min().unwrap_or(0),
+        duration_us: trace
+            .spans
+            .iter()
+            .map(|s| s.end_time())
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(trace.spans.iter().map(|s| s.start_time).min().unwrap_or(0)),
+        spans: trace.spans.len(),
+        error_spans: trace.spans.iter().filter(|s| is_error(s)).count(),
+        cosmos_attempts: services.iter().map(|s| s.cosmos_attempts).sum(),
+        cosmos_throttled: services.iter().map(|s| s.cosmos_throttled).sum(),
+        request_units: services.iter().map(|s| s.request_units).sum(),
+        max_concurrent_attempts: max_overlap(trace.spans.iter().filter(|s| is_cosmos_attempt(s))),
+        services,
+        retry_waits: retry_waits_all,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jaeger::{KeyValue, Process, Reference};
+
+    fn span(
+        id: &str,
+        parent: Option<&str>,
+        start: u64,
+        duration: u64,
+        tags: &[(&str, &str)],
+    ) -> Span {
+        Span {
+            trace_id: "t".into(),
+            span_id: id.into(),
+            flags: 1,
+            operation_name: id.into(),
+            references: parent
+                .map(|p| Reference {
+                    ref_type: "CHILD_OF".into(),
+                    trace_id: "t".into(),
+                    span_id: p.into(),
+                })
+                .into_iter()
+                .collect(),
+            start_time: start,
+            duration,
+            tags: tags
+                .iter()
+                .map(|(k, v)| KeyValue {
+                    key: (*k).into(),
+                    value_type: "string".into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            logs: vec![],
+            process_id: "p1".into(),
+            warnings: None,
+        }
+    }
+
+    fn attempt(
+        id: &str,
+        parent: &str,
+        start: u64,
+        duration: u64,
+        status: &str,
+        range: &str,
+    ) -> Span {
+        span(
+            id,
+            Some(parent),
+            start,
+            duration,
+            &[
+                ("db.system.name", COSMOS_SYSTEM),
+                (STATUS, status),
+                (CHARGE, "2.5"),
+                (RANGE, range),
+            ],
+        )
+    }
+
+    fn trace(spans: Vec<Span>) -> Trace {
+        Trace {
+            trace_id: "t".into(),
+            spans,
+            processes: [(
+                "p1".to_owned(),
+                Process {
+                    service_name: "utilization-service".into(),
+                    tags: vec![],
+                },
+            )]
+            .into(),
+            warnings: None,
+        }
+    }
+
+    #[test]
+    fn serial_attempts_with_a_throttle_and_its_retry() {
+        let t = trace(vec![
+            span("root", None, 0, 1000, &[("span.kind", "server")]),
+            attempt("a1", "root", 10, 50, "200", "0"),
+            attempt("a2", "root", 60, 40, "429", "1"),
+            attempt("a3", "root", 400, 50, "200", "1"),
+            attempt("a4", "root", 450, 50, "200", "2"),
+        ]);
+        let s = summarize(&t);
+        assert_eq!(s.cosmos_attempts, 4);
+        assert_eq!(s.cosmos_throttled, 1);
+        assert_eq!(
+            s.max_concurrent_attempts, 1,
+            "back-to-back is not concurrent"
+        );
+        assert!((s.request_units - 10.0).abs() < 1e-9);
+        let u = s.service("utilization-service").expect("service");
+        assert_eq!(u.partition_ranges, 3);
+        assert_eq!(u.server_time_us, 1000);
+        assert_eq!(
+            u.retry_wait_us, 340,
+            "from sending the 429 attempt to its retry"
+        );
+        assert_eq!(s.retry_waits.len(), 1);
+        assert_eq!(s.retry_waits[0].start_time, 100);
+        assert_eq!(s.retry_waits[0].duration, 300);
+        assert_eq!(s.retry_waits[0].retry_span_id.as_deref(), Some("a3"));
+        assert_eq!(s.root_operation, "root");
+    }
+
+    #[test]
+    fn parallel_attempts_overlap() {
+        let t = trace(vec![
+            span("root", None, 0, 1000, &[]),
+            attempt("a1", "root", 10, 100, "200", "0"),
+            attempt("a2", "root", 20, 100, "200", "1"),
+            attempt("a3", "root", 30, 100, "200", "2"),
+        ]);
+        assert_eq!(summarize(&t).max_concurrent_attempts, 3);
+    }
+}

@@ -1,0 +1,170 @@
+//! dronelab's trace viewer: an OTLP receiver (gRPC and HTTP) feeding a bounded in-memory
+//! store, the Jaeger query API over it (so Grafana's Jaeger data source and other Jaeger
+//! clients can read it), and a waterfall UI that makes 429s, retry waits and
+//! serial-vs-parallel fan-out plain to see.
+
+pub mod analysis;
+pub mod api;
+pub mod jaeger;
+pub mod otlp;
+pub mod store;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+pub use store::{Limits, Store};
+
+/// Command-line flags (with environment fallbacks) of the `trace-viewer` binary.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Address of the UI and the Jaeger query API.
+    #[arg(long, env = "TRACE_VIEWER_LISTEN", default_value = "127.0.0.1:16686")]
+    pub listen: SocketAddr,
+    /// Address of the OTLP/gRPC receiver.
+    #[arg(
+        long,
+        env = "TRACE_VIEWER_OTLP_GRPC_LISTEN",
+        default_value = "127.0.0.1:4317"
+    )]
+    pub otlp_grpc_listen: SocketAddr,
+    /// Address of the OTLP/HTTP receiver (`POST /v1/traces`, protobuf or JSON).
+    #[arg(
+        long,
+        env = "TRACE_VIEWER_OTLP_HTTP_LISTEN",
+        default_value = "127.0.0.1:4318"
+    )]
+    pub otlp_http_listen: SocketAddr,
+    /// Most spans kept; the oldest traces are evicted beyond it.
+    #[arg(long, env = "TRACE_VIEWER_MAX_SPANS", default_value_t = 1_000_000)]
+    pub max_spans: usize,
+    /// Most memory (MiB, estimated) the stored spans may take; oldest traces go first.
+    #[arg(long, env = "TRACE_VIEWER_MAX_MIB", default_value_t = 512)]
+    pub max_mib: usize,
+}
+
+impl Config {
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_spans: self.max_spans,
+            max_bytes: self.max_mib.saturating_mul(1024 * 1024),
+        }
+    }
+}
+
+/// The three bound listeners (tests bind `127.0.0.1:0`).
+#[derive(Debug)]
+pub struct Listeners {
+    pub ui: TcpListener,
+    pub otlp_grpc: TcpListener,
+    pub otlp_http: TcpListener,
+}
+
+impl Listeners {
+    pub async fn bind(config: &Config) -> std::io::Result<Self> {
+        Ok(Self {
+            ui: TcpListener::bind(config.listen).await?,
+            otlp_grpc: TcpListener::bind(config.otlp_grpc_listen).await?,
+            otlp_http: TcpListener::bind(config.otlp_http_listen).await?,
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("HTTP server: {0}")]
+    Http(#[from] std::io::Error),
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+}
+
+/// Serves the UI/API, the OTLP/HTTP and the OTLP/gRPC receivers until `shutdown`
+/// completes.
+pub async fn run(
+    listeners: Listeners,
+    store: Arc<Store>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let ui = axum::serve(listeners.ui, api::router(store.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let otlp_http = axum::serve(listeners.otlp_http, otlp::http_router(store.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let otlp_grpc = tonic::transport::Server::builder()
+        .add_service(otlp::grpc_service(store))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listeners.otlp_grpc),
+            stopped(stop_rx),
+        );
+    let (ui, otlp_http, otlp_grpc) =
+        tokio::join!(ui.into_future(), otlp_http.into_future(), otlp_grpc);
+    ui?;
+    otlp_http?;
+    otlp_grpc?;
+    Ok(())
+}
+
+/// The binary: binds, prints its addresses on one stdout line (the local stack reads
+/// it; the UI's URL last), serves until Ctrl-C or SIGTERM.
+pub async fn main(config: Config) -> std::process::ExitCode {
+    let listeners = match Listeners::bind(&config).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("trace-viewer: cannot listen: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let addr = |l: &TcpListener| l.local_addr().map(|a| format!("http://{a}"));
+    let (Ok(ui), Ok(grpc), Ok(http)) = (
+        addr(&listeners.ui),
+        addr(&listeners.otlp_grpc),
+        addr(&listeners.otlp_http),
+    ) else {
+        eprintln!("trace-viewer: cannot read the bound addresses");
+        return std::process::ExitCode::FAILURE;
+    };
+    println!("trace-viewer otlp-grpc={grpc} otlp-http={http} ui {ui}");
+    let limits = config.limits();
+    tracing::info!(
+        max_spans = limits.max_spans,
+        max_mib = config.max_mib,
+        "trace viewer on {ui}; OTLP gRPC {grpc}, HTTP {http}"
+    );
+    let store = Arc::new(Store::new(limits));
+    if let Err(e) = run(listeners, store, shutdown_signal()).await {
+        eprintln!("trace-viewer: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,372 @@
+//! The real services export over real OTLP — gateway and delivery over gRPC, package and
+//! utilization over HTTP/protobuf — into the real trace viewer; the trace is then read
+//! back through its Jaeger API and rendered by a headless browser.
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use service_kit::OtlpProtocol;
+use trace_viewer::analysis::TraceSummary;
+use trace_viewer::jaeger::{Envelope, Trace};
+
+struct Viewer {
+    ui: String,
+    grpc: String,
+    http: String,
+    store: Arc<trace_viewer::Store>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn start_viewer() -> Viewer {
+    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let listeners = trace_viewer::Listeners {
+        ui: bind().await.expect("bind"),
+        otlp_grpc: bind().await.expect("bind"),
+        otlp_http: bind().await.expect("bind"),
+    };
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().expect("addr"));
+    let (ui, grpc, http) = (
+        url(&listeners.ui),
+        url(&listeners.otlp_grpc),
+        url(&listeners.otlp_http),
+    );
+    let store = Arc::new(trace_viewer::Store::new(trace_viewer::Limits {
+        max_spans: 100_000,
+        max_bytes: 64 << 20,
+    }));
+    let served = store.clone();
+    let task = tokio::spawn(async move {
+        let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
+    });
+    Viewer {
+        ui,
+        grpc,
+        http,
+        store,
+        _task: task,
+    }
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    let response = reqwest::get(url).await.expect("viewer answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json body"))
+}
+
+/// A trace with a 429, produced by the whole invoice path at 20 RU/s.
+struct ThrottledRun {
+    viewer: Viewer,
+    trace_id: String,
+}
+
+async fn throttled_run() -> ThrottledRun {
+    let viewer = start_viewer().await;
+    let emulator = start_emulator(emulator_config(2)).await;
+    seed(&emulator, 100_000).await;
+    let client = cosmos_args(&emulator).connect().await.expect("client");
+    client
+        .database_client(DATABASE)
+        .container_client("utilization", None)
+        .await
+        .expect("container")
+        .begin_replace_throughput(
+            azure_data_cosmos::models::ThroughputProperties::manual(20),
+            None,
+        )
+        .await
+        .expect("replace")
+        .await
+        .expect("replaced");
+    let otlp = |name: &str, protocol: OtlpProtocol| {
+        let endpoint = match protocol {
+            OtlpProtocol::Grpc => &viewer.grpc,
+            OtlpProtocol::HttpProtobuf => &viewer.http,
+        };
+        Telemetry::otlp_to(name, protocol, endpoint).expect("exporter")
+    };
+    let telemetries = [
+        otlp("delivery-service", OtlpProtocol::Grpc),
+        otlp("package-service", OtlpProtocol::HttpProtobuf),
+        otlp("utilization-service", OtlpProtocol::HttpProtobuf),
+        otlp("gateway", OtlpProtocol::Grpc),
+    ];
+    let delivery = start_delivery(&emulator, telemetries[0].clone()).await;
+    let package = start_package(&emulator, telemetries[1].clone()).await;
+    let utilization = start_utilization(&emulator, telemetries[2].clone(), "0", false).await;
+    let gateway = start_gateway(
+        gateway_args(delivery.url(), package.url(), utilization.url()),
+        telemetries[3].clone(),
+    )
+    .await;
+    let url = format!(
+        "http://{}/api/invoices?ownerId=owner2&year=2026&month=3",
+        gateway.addr
+    );
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let r = reqwest::get(url).await.expect("answered");
+                assert_eq!(r.status().as_u16(), 200);
+                r.headers()
+                    .get("x-trace-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+                    .expect("x-trace-id")
+            })
+        })
+        .collect();
+    let mut trace_ids = Vec::new();
+    for call in calls {
+        trace_ids.push(call.await.expect("task"));
+    }
+    // Flush every exporter (blocking calls: off the async workers).
+    tokio::task::spawn_blocking(move || telemetries.iter().for_each(Telemetry::shutdown))
+        .await
+        .expect("flushed");
+    let (_, found) = get_json(&format!(
+        "{}/api/traces?service=utilization-service&tags={}&limit=20",
+        viewer.ui,
+        percent(r#"{"db.response.status_code":"429"}"#)
+    ))
+    .await;
+    let found: Envelope<Vec<Trace>> = serde_json::from_value(found).expect("Jaeger traces");
+    assert!(
+        !found.data.is_empty(),
+        "a trace with a 429 attempt is found by tag"
+    );
+    for trace in &found.data {
+        assert!(trace_ids.contains(&trace.trace_id), "one of ours");
+        assert!(
+            trace
+                .spans
+                .iter()
+                .any(|s| s.tag_text("db.response.status_code").as_deref() == Some("429")),
+            "every match has a 429 attempt"
+        );
+    }
+    drop((gateway, utilization, package, delivery, emulator));
+    ThrottledRun {
+        trace_id: found.data[0].trace_id.clone(),
+        viewer,
+    }
+}
+
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_otlp_export_over_grpc_and_http_reads_back_through_the_jaeger_api() {
+    let run = throttled_run().await;
+    let ui = &run.viewer.ui;
+
+    let (status, services) = get_json(&format!("{ui}/api/services")).await;
+    assert_eq!(status, 200);
+    let services: BTreeSet<&str> = services["data"]
+        .as_array()
+        .expect("data array")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        services,
+        BTreeSet::from([
+            "delivery-service",
+            "gateway",
+            "package-service",
+            "utilization-service"
+        ]),
+        "gRPC and HTTP exporters both arrived"
+    );
+    let (_, ops) = get_json(&format!("{ui}/api/services/gateway/operations")).await;
+    assert!(ops["data"]
+        .as_array()
+        .expect("ops")
+        .contains(&Value::from("GET /api/invoices")));
+
+    let (status, raw) = get_json(&format!("{ui}/api/traces/{}", run.trace_id)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        raw["data"][0]["traceID"],
+        Value::from(run.trace_id.as_str())
+    );
+    let first_span = &raw["data"][0]["spans"][0];
+    for field in [
+        "traceID",
+        "spanID",
+        "operationName",
+        "references",
+        "startTime",
+        "duration",
+        "tags",
+        "processID",
+    ] {
+        assert!(first_span.get(field).is_some(), "Jaeger span field {field}");
+    }
+    let trace: Envelope<Vec<Trace>> = serde_json::from_value(raw).expect("Jaeger shape");
+    let trace = &trace.data[0];
+    let ids: HashSet<&str> = trace.spans.iter().map(|s| s.span_id.as_str()).collect();
+    let root = trace.root().expect("root");
+    assert_eq!(trace.service_of(root), "gateway");
+    assert_eq!(root.operation_name, "GET /api/invoices");
+    assert_eq!(root.tag_text("span.kind").as_deref(), Some("server"));
+    assert_eq!(
+        root.tag_text("http.response.status_code").as_deref(),
+        Some("200")
+    );
+    for span in &trace.spans {
+        if span.span_id != root.span_id {
+            let parent = span.parent_id().expect("every other span has a parent");
+            assert!(ids.contains(parent), "parent {parent} is in the trace");
+        }
+        assert!(span.start_time >= root.start_time, "µs timestamps line up");
+        assert!(span.end_time() <= root.end_time() + 1_000);
+    }
+    let per_service: BTreeSet<&str> = trace.spans.iter().map(|s| trace.service_of(s)).collect();
+    assert_eq!(per_service.len(), 4, "one trace through all four services");
+
+    let (_, summary) = get_json(&format!("{ui}/api/traces/{}/summary", run.trace_id)).await;
+    let summary: TraceSummary =
+        serde_json::from_value(summary["data"].clone()).expect("summary shape");
+    let attempts = trace
+        .spans
+        .iter()
+        .filter(|s| trace_viewer::analysis::is_cosmos_attempt(s))
+        .count();
+    assert_eq!(summary.cosmos_attempts, attempts);
+    assert!(summary.cosmos_throttled >= 1);
+    let utilization = summary.service("utilization-service").expect("utilization");
+    assert_eq!(utilization.partition_ranges, 2, "both partitions queried");
+    assert_eq!(
+        utilization.max_concurrent_attempts, 1,
+        "parallelism 0 drains partitions one at a time"
+    );
+    assert!(
+        summary
+            .retry_waits
+            .iter()
+            .any(|w| w.retry_span_id.is_some()),
+        "the retry after the 429 is found"
+    );
+    assert!(utilization.retry_wait_us > 0);
+
+    let (status, missing) = get_json(&format!("{ui}/api/traces/{}", "ab".repeat(16))).await;
+    assert_eq!(status, 404);
+    assert_eq!(missing["errors"][0]["code"], Value::from(404));
+    let (status, bad) = get_json(&format!("{ui}/api/traces?limit=lots")).await;
+    assert_eq!(status, 400);
+    assert_eq!(bad["invalidParams"][0]["name"], Value::from("limit"));
+    assert!(run.viewer.store.stats().spans >= trace.spans.len());
+}
+
+/// Debian's chromium, if installed. `.ci/run` installs it and sets
+/// `DRONELAB_REQUIRE_BROWSER=1`, so there the test cannot silently skip.
+fn chromium() -> Option<String> {
+    let candidates = [
+        std::env::var("CHROMIUM").ok(),
+        Some("chromium".to_owned()),
+        Some("chromium-browser".to_owned()),
+        Some("google-chrome".to_owned()),
+    ];
+    let found = candidates.into_iter().flatten().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("DRONELAB_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "DRONELAB_REQUIRE_BROWSER=1 but no chromium found"
+        );
+        eprintln!("skipping the browser check: no chromium on PATH");
+    }
+    found
+}
+
+/// The page's DOM after its scripts ran, from headless chromium.
+async fn rendered_dom(browser: &str, url: &str) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let output = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--virtual-time-budget=15000",
+                "--dump-dom",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("chromium finished in time")
+    .expect("chromium ran");
+    assert!(
+        output.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_ui_draws_the_waterfall_of_a_real_trace() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let run = throttled_run().await;
+    let (_, raw) = get_json(&format!("{}/api/traces/{}", run.viewer.ui, run.trace_id)).await;
+    let trace: Envelope<Vec<Trace>> = serde_json::from_value(raw).expect("trace");
+    let trace = &trace.data[0];
+    let dom = rendered_dom(
+        &browser,
+        &format!("{}/trace/{}", run.viewer.ui, run.trace_id),
+    )
+    .await;
+    let rows = dom.matches("class=\"span-row").count();
+    assert_eq!(rows, trace.spans.len(), "one waterfall row per span");
+    for span in &trace.spans {
+        assert!(
+            dom.contains(&format!("data-span-id=\"{}\"", span.span_id)),
+            "span {} ({}) drawn",
+            span.span_id,
+            span.operation_name
+        );
+    }
+    assert!(
+        dom.contains("span-row error"),
+        "the 429 attempt is drawn as an error"
+    );
+    assert!(
+        dom.contains("retry wait"),
+        "the wait after the 429 is drawn"
+    );
+    assert!(
+        dom.contains("Cosmos calls"),
+        "the per-trace summary is shown"
+    );
+    assert!(
+        dom.contains("gateway: GET /api/invoices"),
+        "titled by its root span"
+    );
+}
