@@ -1,4 +1,4 @@
-//! The command line: `seed`, `run`, `up`, `tune`, and the hidden `component` the local
+//! The command line: `seed`, `run`, `up`, `tune`, `diagnose`, and the hidden `component` the local
 //! stack uses to start each service as its own process.
 
 use std::time::{Duration, Instant};
@@ -28,10 +28,13 @@ pub enum Command {
     Seed(SeedArgs),
     /// Drive load against a gateway and write a report.
     Run(RunArgs),
-    /// Start the local stack (emulator, backends, gateway), seed it, and keep it up.
+    /// Start the local stack (trace viewer, emulator, backends, gateway), seed it, and
+    /// keep it up.
     Up(UpArgs),
     /// The main job: run the study's four tuning stages and report beside its numbers.
     Tune(Box<TuneArgs>),
+    /// Read traces from a Jaeger-compatible API and name the bottleneck and the next step.
+    Diagnose(crate::diagnose::DiagnoseArgs),
     /// Run one component of the local stack in this process (used by `up` and `tune`).
     #[command(hide = true, subcommand)]
     Component(Component),
@@ -44,6 +47,7 @@ pub enum Component {
     PackageService(SummaryComponent),
     UtilizationService(UtilizationComponent),
     Gateway(GatewayComponent),
+    TraceViewer(trace_viewer::Config),
 }
 
 #[derive(clap::Args)]
@@ -223,6 +227,12 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
                 return fail(e);
             }
         }
+        Command::Diagnose(args) => {
+            init_logging();
+            if let Err(e) = crate::diagnose::run(args).await {
+                return fail(e);
+            }
+        }
         Command::Tune(args) => {
             init_logging();
             if let Err(e) = crate::tune::tune(*args).await {
@@ -245,7 +255,7 @@ fn init_logging() {
 
 async fn up(args: UpArgs) -> Result<(), String> {
     let model = EmulatorModel::default();
-    let mut stack = Stack::start_emulator(&args.logs, args.partitions, &model)
+    let mut stack = Stack::start(&args.logs, args.partitions, &model)
         .await
         .map_err(|e| e.to_string())?;
     stack.seed(&args.seed).await.map_err(|e| e.to_string())?;
@@ -297,5 +307,6 @@ async fn run_component(component: Component) -> std::process::ExitCode {
         }
         Component::UtilizationService(c) => utilization_service::main(c.listen, c.args).await,
         Component::Gateway(c) => gateway::main(c.listen, c.args).await,
+        Component::TraceViewer(config) => trace_viewer::main(config).await,
     }
 }

@@ -49,9 +49,82 @@ pub struct StageReport {
     pub study: Option<Published>,
     pub series: Vec<SecondSample>,
     pub cosmos_series: Vec<CosmosSample>,
+    /// What the stage's traces say (absent when no trace API was reachable).
+    pub diagnosis: Option<crate::diagnose::Diagnosis>,
+    pub trace_links: Option<crate::diagnose::TraceLinks>,
 }
 
 impl StageReport {
+    fn link_list(&self) -> Vec<(&'static str, &str)> {
+        self.trace_links
+            .iter()
+            .flat_map(|l| {
+                [
+                    ("typical trace", &l.typical),
+                    ("slowest trace", &l.slowest),
+                    ("trace with a 429", &l.throttled),
+                ]
+            })
+            .filter_map(|(label, link)| link.as_deref().map(|l| (label, l)))
+            .collect()
+    }
+
+    /// The stage's findings as Markdown list items.
+    pub fn diagnosis_markdown(&self) -> String {
+        let mut out = String::new();
+        if let Some(d) = &self.diagnosis {
+            let _ = writeln!(out, "- diagnosis from {} traces:", d.traces);
+            for (i, f) in d.findings.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  - {}**{}** — {}. Next: {}.",
+                    if i == 0 { "" } else { "also: " },
+                    f.title,
+                    f.evidence,
+                    f.next_step
+                );
+            }
+        }
+        let links = self.link_list();
+        if !links.is_empty() {
+            let links: Vec<String> = links
+                .into_iter()
+                .map(|(label, link)| format!("[{label}]({link})"))
+                .collect();
+            let _ = writeln!(out, "- traces: {}", links.join(" · "));
+        }
+        out
+    }
+
+    fn diagnosis_html(&self) -> String {
+        let mut out = String::new();
+        if let Some(d) = &self.diagnosis {
+            for (i, f) in d.findings.iter().enumerate() {
+                let class = match (i, f.kind) {
+                    (_, crate::diagnose::FindingKind::NoCosmosBottleneck) => "finding ok",
+                    (0, _) => "finding",
+                    _ => "finding also",
+                };
+                let _ = write!(
+                    out,
+                    "<div class='{class}'><b>{}</b> — {}<br>next: {}</div>",
+                    escape(&f.title),
+                    escape(&f.evidence),
+                    escape(&f.next_step)
+                );
+            }
+        }
+        let links = self.link_list();
+        if !links.is_empty() {
+            let links: Vec<String> = links
+                .into_iter()
+                .map(|(label, link)| format!("<a href='{}'>{label}</a>", escape(link)))
+                .collect();
+            let _ = write!(out, "<p>Traces: {}</p>", links.join(" · "));
+        }
+        out
+    }
+
     pub fn new(
         stage: &Stage,
         load: &LoadSummary,
@@ -75,6 +148,8 @@ impl StageReport {
             study: study::published_for(&stage.name),
             series,
             cosmos_series,
+            diagnosis: None,
+            trace_links: None,
         }
     }
 
@@ -202,6 +277,7 @@ impl Report {
                 s.latency_ms.p99, s.latency_ms.max, s.outcomes, s.cosmos.requests, s.cosmos.throttled_requests,
                 s.cosmos.ru_total
             );
+            out.push_str(&s.diagnosis_markdown());
         }
         out
     }
@@ -268,9 +344,10 @@ impl Report {
         for s in &self.stages {
             let _ = write!(
                 body,
-                "<h2>{}</h2><p>{}</p><div class=row>",
+                "<h2>{}</h2><p>{}</p>{}<div class=row>",
                 escape(&s.name),
-                escape(&s.description)
+                escape(&s.description),
+                s.diagnosis_html()
             );
             let t = |f: &dyn Fn(&SecondSample) -> f64| -> Vec<(f64, f64)> {
                 s.series.iter().map(|x| (x.t as f64, f(x))).collect()
@@ -331,7 +408,7 @@ impl Report {
             body.push_str("</div>");
         }
         format!(
-            "<!doctype html><html lang=en><head><meta charset=utf-8><title>dronelab run {}</title><style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:right}}th{{background:#f3f4f6}}.row{{display:flex;flex-wrap:wrap;gap:12px}}svg{{background:#fff;border:1px solid #e5e7eb}}</style></head><body>{body}</body></html>",
+            "<!doctype html><html lang=en><head><meta charset=utf-8><title>dronelab run {}</title><style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ddd;padding:4px 8px;text-align:right}}th{{background:#f3f4f6}}.row{{display:flex;flex-wrap:wrap;gap:12px}}.finding{{border-left:4px solid #dc2626;background:#fef2f2;padding:6px 10px;margin:6px 0;max-width:900px}}.finding.ok{{border-color:#16a34a;background:#f0fdf4}}.also{{border-color:#9ca3af;background:#f9fafb}}svg{{background:#fff;border:1px solid #e5e7eb}}</style></head><body>{body}</body></html>",
             escape(&self.run_id)
         )
     }

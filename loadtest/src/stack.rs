@@ -1,6 +1,6 @@
-//! The local stack: the emulator, the three backends and the gateway, each its own OS
-//! process (this binary re-executed as `loadtest component <name>`), so each shows up as
-//! its own service in traces. Children pick free loopback ports and print them; the
+//! The local stack: the trace viewer, the emulator, the three backends and the gateway,
+//! each its own OS process (this binary re-executed as `loadtest component <name>`), so
+//! each shows up as its own service in traces, exported over OTLP/gRPC to the viewer. Children pick free loopback ports and print them; the
 //! stack waits for readiness, notices a crashed child, and never leaves one behind:
 //! children are killed when the stack is dropped and, on Linux, when this process dies
 //! (even by `SIGKILL`).
@@ -40,6 +40,8 @@ pub enum StackError {
 pub struct Component {
     pub name: &'static str,
     pub url: url::Url,
+    /// The line the component printed when it was listening.
+    announced: String,
     child: Child,
     log: PathBuf,
 }
@@ -54,13 +56,19 @@ pub struct QueryKnobs {
 #[derive(Debug)]
 pub struct Stack {
     logs: PathBuf,
+    /// Absent when `OTEL_EXPORTER_OTLP_ENDPOINT` points the services at a collector of
+    /// the user's own.
+    pub trace_viewer: Option<Component>,
+    /// Where the services export spans (the viewer's OTLP/gRPC address).
+    otlp_endpoint: Option<String>,
     pub emulator: Component,
     services: Vec<Component>,
 }
 
 impl Stack {
-    /// Starts the emulator alone (the backends need seeded containers to start).
-    pub async fn start_emulator(
+    /// Starts the trace viewer and the emulator (the backends need seeded containers to
+    /// start).
+    pub async fn start(
         logs: &Path,
         partitions: u16,
         model: &EmulatorModel,
@@ -69,6 +77,20 @@ impl Stack {
             name: "cosmos-emulator",
             source,
         })?;
+        let trace_viewer = if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+            None
+        } else {
+            let args = [
+                "--otlp-grpc-listen",
+                "127.0.0.1:0",
+                "--otlp-http-listen",
+                "127.0.0.1:0",
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            Some(spawn(logs, "trace-viewer", args, "healthz", None).await?)
+        };
+        let otlp_endpoint = trace_viewer.as_ref().and_then(|v| v.announced("otlp-grpc"));
         let args = vec![
             "--partitions".to_owned(),
             partitions.to_string(),
@@ -83,9 +105,11 @@ impl Stack {
             "--partition-concurrency".to_owned(),
             model.partition_concurrency.to_string(),
         ];
-        let emulator = spawn(logs, "cosmos-emulator", args, "healthz").await?;
+        let emulator = spawn(logs, "cosmos-emulator", args, "healthz", None).await?;
         Ok(Self {
             logs: logs.to_owned(),
+            trace_viewer,
+            otlp_endpoint,
             emulator,
             services: Vec::new(),
         })
@@ -124,8 +148,9 @@ impl Stack {
             "--cosmos-endpoint".to_owned(),
             self.emulator.url.to_string(),
         ];
+        let otlp = self.otlp_endpoint.as_deref();
         for name in ["delivery-service", "package-service"] {
-            let component = spawn(&self.logs, name, cosmos.clone(), "readyz").await?;
+            let component = spawn(&self.logs, name, cosmos.clone(), "readyz", otlp).await?;
             self.services.push(component);
         }
         self.services.push(
@@ -134,6 +159,7 @@ impl Stack {
                 "utilization-service",
                 utilization_args(&cosmos, knobs),
                 "readyz",
+                otlp,
             )
             .await?,
         );
@@ -153,7 +179,7 @@ impl Stack {
             url_of("utilization-service"),
         ];
         self.services
-            .push(spawn(&self.logs, "gateway", gateway_args, "readyz").await?);
+            .push(spawn(&self.logs, "gateway", gateway_args, "readyz", otlp).await?);
         Ok(())
     }
 
@@ -185,7 +211,14 @@ impl Stack {
             args.push("--listen".to_owned());
             args.push(addr.to_string());
         }
-        let component = spawn(&self.logs, "utilization-service", args, "readyz").await?;
+        let component = spawn(
+            &self.logs,
+            "utilization-service",
+            args,
+            "readyz",
+            self.otlp_endpoint.as_deref(),
+        )
+        .await?;
         self.services.insert(index, component);
         Ok(())
     }
@@ -201,13 +234,21 @@ impl Stack {
     }
 
     pub fn components(&self) -> impl Iterator<Item = &Component> {
-        std::iter::once(&self.emulator).chain(self.services.iter())
+        self.trace_viewer
+            .iter()
+            .chain(std::iter::once(&self.emulator))
+            .chain(self.services.iter())
     }
 
     /// Resolves when any component exits; returns its name and exit status.
     pub async fn crashed(&mut self) -> (&'static str, String) {
         loop {
-            for c in std::iter::once(&mut self.emulator).chain(self.services.iter_mut()) {
+            for c in self
+                .trace_viewer
+                .iter_mut()
+                .chain(std::iter::once(&mut self.emulator))
+                .chain(self.services.iter_mut())
+            {
                 if let Ok(Some(status)) = c.child.try_wait() {
                     return (c.name, status.to_string());
                 }
@@ -222,6 +263,9 @@ impl Stack {
             stop(component).await;
         }
         stop(self.emulator).await;
+        if let Some(viewer) = self.trace_viewer {
+            stop(viewer).await;
+        }
     }
 }
 
@@ -250,12 +294,13 @@ async fn stop(mut component: Component) {
 }
 
 /// Starts `loadtest component <name> --listen 127.0.0.1:0 <args>` and waits until its
-/// readiness route answers 200.
+/// readiness route answers 200. With `otlp`, the component exports spans there.
 async fn spawn(
     logs: &Path,
     name: &'static str,
     mut args: Vec<String>,
     ready_route: &str,
+    otlp: Option<&str>,
 ) -> Result<Component, StackError> {
     let exe = std::env::current_exe().map_err(|source| StackError::Spawn { name, source })?;
     let log = logs.join(format!("{name}.log"));
@@ -273,9 +318,21 @@ async fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log_file))
         .kill_on_drop(true);
-    // Without a collector to send to, exporting would only log connection errors.
-    if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() {
-        command.env("OTEL_SDK_DISABLED", "true");
+    match otlp {
+        Some(endpoint) => {
+            command
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+                .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+                // Spans reach the viewer within a second, so a stage's traces are
+                // complete shortly after its load stops.
+                .env("OTEL_BSP_SCHEDULE_DELAY", "1000");
+        }
+        // The user's own collector (`OTEL_*` is inherited), or nothing to send to:
+        // exporting would only log connection errors.
+        None if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() => {
+            command.env("OTEL_SDK_DISABLED", "true");
+        }
+        None => {}
     }
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to SIGTERM this
@@ -300,13 +357,14 @@ async fn spawn(
     };
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
-    let url = match first {
-        Ok(Ok(Some(line))) => line
-            .rsplit(' ')
-            .next()
-            .and_then(|u| url::Url::parse(u).ok()),
-        _ => None,
+    let announced = match first {
+        Ok(Ok(Some(line))) => line,
+        _ => String::new(),
     };
+    let url = announced
+        .rsplit(' ')
+        .next()
+        .and_then(|u| url::Url::parse(u).ok());
     let Some(url) = url else {
         let status = child
             .try_wait()
@@ -350,12 +408,21 @@ async fn spawn(
     Ok(Component {
         name,
         url,
+        announced,
         child,
         log,
     })
 }
 
 impl Component {
+    /// A `key=value` address from the line the component printed at start.
+    pub fn announced(&self, key: &str) -> Option<String> {
+        self.announced
+            .split(' ')
+            .find_map(|token| token.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
+    }
+
     pub fn log(&self) -> &Path {
         &self.log
     }

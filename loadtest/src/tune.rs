@@ -2,7 +2,8 @@
 //! existing deployment), seeds, then per stage: sets RU/s through the Cosmos API,
 //! restarts utilization-service when the query knobs change (as a rollout would), resets
 //! the emulator's counters, drives the load while sampling Cosmos RU/s and 429s every
-//! second, and collects the services' metrics; finally writes the report.
+//! second, collects the services' metrics, and diagnoses the stage's traces (read back
+//! from the trace viewer, or any Jaeger API); finally writes the report.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::CosmosClient;
 
 use crate::calibration::{EmulatorModel, RunProfile};
+use crate::diagnose::{self, TraceApi, TraceWindow};
 use crate::load::{self, LoadSummary, Percentiles, Target};
 use crate::promtext;
 use crate::report::{CosmosFigures, CosmosSample, Report, StageReport};
@@ -42,6 +44,10 @@ pub struct TuneArgs {
     /// Leave the local stack running after the run, for trace inspection (Ctrl-C stops it).
     #[arg(long)]
     pub keep_up: bool,
+    /// Jaeger-compatible query API to read traces from for the per-stage diagnosis
+    /// (default: the local stack's trace viewer; with `--target`, e.g. your Jaeger).
+    #[arg(long, env = "DRONELAB_TRACES_API")]
+    pub traces_api: Option<url::Url>,
     /// Skip seeding (the deployment's data is already there).
     #[arg(long)]
     pub skip_seed: bool,
@@ -242,8 +248,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         Some(target) => target.clone(),
         None => {
             eprintln!("starting the local stack (logs in {}/logs)", dir.display());
-            let mut s =
-                Stack::start_emulator(&dir.join("logs"), first.config.partitions, &model).await?;
+            let mut s = Stack::start(&dir.join("logs"), first.config.partitions, &model).await?;
             seed_args.cosmos.endpoint = s.emulator.url.to_string();
             if !args.skip_seed {
                 let started = Instant::now();
@@ -282,6 +287,19 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         data: seed_args.data_set(),
         timeout: Duration::from_secs(60),
     };
+    let traces = args
+        .traces_api
+        .clone()
+        .or_else(|| {
+            stack
+                .as_ref()
+                .and_then(|s| s.trace_viewer.as_ref())
+                .map(|v| v.url.clone())
+        })
+        .map(TraceApi::new);
+    if let Some(viewer) = stack.as_ref().and_then(|s| s.trace_viewer.as_ref()) {
+        eprintln!("traces: {}", viewer.url);
+    }
     let mut current = knobs(&first);
     let mut reports = Vec::new();
     for stage in &stages {
@@ -357,7 +375,9 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
                 }
             })
         });
+        let window_start = unix_micros();
         let summary: LoadSummary = load::run(target.clone(), profile, true, &stage.name).await;
+        let window_end = unix_micros();
         let _ = stop.send(());
         let cosmos_series = match sampler {
             Some(task) => task.await.unwrap_or_default(),
@@ -395,6 +415,31 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             cosmos_series,
         );
         eprintln!("  {}", report.one_line());
+        let mut report = report;
+        if let Some(api) = &traces {
+            let window = TraceWindow {
+                service: "gateway".into(),
+                operation: format!("GET {INVOICES}"),
+                start_us: Some(window_start),
+                end_us: Some(window_end),
+                lookback: None,
+                limit: TRACES_PER_DIAGNOSIS,
+            };
+            // The services batch spans for up to a second (OTEL_BSP_SCHEDULE_DELAY).
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            match diagnose::diagnose_window(api, &window).await {
+                Ok((diagnosis, links)) => {
+                    if let Some(verdict) = diagnosis.verdict() {
+                        eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
+                        eprintln!("  next step: {}", verdict.next_step);
+                    }
+                    eprint!("{}", diagnose::links_text(&links, "  "));
+                    report.diagnosis = Some(diagnosis);
+                    report.trace_links = Some(links);
+                }
+                Err(e) => eprintln!("  no diagnosis: {e}"),
+            }
+        }
         reports.push(report);
     }
     let report = Report::new(
@@ -419,6 +464,15 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         stack.shutdown().await;
     }
     Ok(dir)
+}
+
+/// Traces read per stage for its diagnosis (the newest of the stage).
+const TRACES_PER_DIAGNOSIS: u32 = 300;
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 fn knobs(stage: &Stage) -> QueryKnobs {

@@ -1,5 +1,6 @@
 //! The main job end to end: `loadtest tune --profile quick` from the real binary, which
-//! starts the whole local stack as separate processes, seeds it and runs four stages.
+//! starts the whole local stack as separate processes (trace viewer included), seeds it,
+//! runs four stages, and diagnoses each stage from the traces the real services exported.
 
 use std::process::Command;
 
@@ -83,5 +84,77 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
     assert!(
         cosmos(2, "ru_per_operation") >= 5.0 * cosmos(3, "ru_per_operation"),
         "the partition key cuts RU per operation at least 5×"
+    );
+
+    // The diagnosis of each stage, from the real stack's traces.
+    let verdicts: Vec<&str> = stages
+        .iter()
+        .map(|s| {
+            s["diagnosis"]["findings"][0]["kind"]
+                .as_str()
+                .unwrap_or("none")
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            "throttling",
+            "serial_fan_out",
+            "cross_partition_cost",
+            "no_cosmos_bottleneck"
+        ],
+        "{}",
+        serde_json::to_string_pretty(&stages.iter().map(|s| &s["diagnosis"]).collect::<Vec<_>>())
+            .unwrap_or_default()
+    );
+    let evidence = |i: usize, key: &str| {
+        stages[i]["diagnosis"]["cosmos"][key]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    assert!(
+        evidence(0, "retry_wait_share") > 0.0,
+        "stage 1 loses time to 429 retries"
+    );
+    assert_eq!(
+        evidence(1, "fan_out_concurrency_p50"),
+        1.0,
+        "stage 2 is a serial fan-out"
+    );
+    assert!(
+        evidence(2, "fan_out_concurrency_p50") >= 3.0,
+        "stage 3 fans out in parallel"
+    );
+    assert!(
+        evidence(2, "partition_ranges_per_operation") >= 8.0,
+        "nine partitions queried"
+    );
+    assert_eq!(
+        evidence(3, "partition_ranges_per_operation"),
+        1.0,
+        "stage 4: one partition"
+    );
+    for stage in stages {
+        assert_eq!(
+            stage["diagnosis"]["dominant_backend"].as_str(),
+            Some("utilization-service"),
+            "{}",
+            stage["name"]
+        );
+        let link = stage["trace_links"]["typical"].as_str().unwrap_or_default();
+        assert!(
+            link.starts_with("http://127.0.0.1:") && link.contains("/trace/"),
+            "{link}"
+        );
+    }
+    assert!(
+        stages[0]["trace_links"]["throttled"].is_string(),
+        "stage 1 links a trace with a 429"
+    );
+    let markdown = std::fs::read_to_string(latest.join("report.md")).expect("markdown");
+    assert!(
+        markdown.contains("**Serial cross-partition fan-out**")
+            && markdown.contains("[trace with a 429]("),
+        "the report carries the findings and the links"
     );
 }

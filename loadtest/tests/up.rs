@@ -1,4 +1,5 @@
-//! `loadtest up` starts every component as its own process and leaves none behind.
+//! `loadtest up` starts every component as its own process, wires their traces into the
+//! trace viewer, and leaves no process behind.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -51,31 +52,77 @@ fn killing_up_leaves_no_process_behind() {
     let stdout = up.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let mut gateway = None;
+    let mut viewer = None;
     for line in lines.by_ref() {
         let line = line.expect("line");
+        let url = || line.split_whitespace().nth(1).map(str::to_owned);
         if line.trim_start().starts_with("gateway") {
-            gateway = line.split_whitespace().nth(1).map(str::to_owned);
+            gateway = url();
+        }
+        if line.trim_start().starts_with("trace-viewer") {
+            viewer = url();
         }
         if line.contains("Ctrl-C") {
             break;
         }
     }
     let gateway = gateway.expect("up printed the gateway's URL");
+    let viewer = viewer.expect("up printed the trace viewer's URL");
     let children = children_of(up.id());
     assert_eq!(
         children.len(),
-        5,
-        "emulator, three backends and the gateway: {children:?}"
+        6,
+        "trace viewer, emulator, three backends and the gateway: {children:?}"
     );
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let status = runtime
+    let response = runtime
         .block_on(reqwest::get(format!(
             "{gateway}api/invoices?ownerId=o00001&year=2026&month=12"
         )))
-        .expect("the gateway answers")
-        .status();
-    assert_eq!(status.as_u16(), 200);
+        .expect("the gateway answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let trace_id = response
+        .headers()
+        .get("x-trace-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("x-trace-id")
+        .to_owned();
+    // Every process exports over OTLP/gRPC within about a second.
+    let services = runtime.block_on(async {
+        let url = format!("{viewer}api/traces/{trace_id}");
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let Ok(r) = reqwest::get(&url).await else {
+                continue;
+            };
+            let Ok(body) = r.json::<serde_json::Value>().await else {
+                continue;
+            };
+            let services: std::collections::BTreeSet<String> = body["data"][0]["processes"]
+                .as_object()
+                .map(|p| {
+                    p.values()
+                        .filter_map(|v| v["serviceName"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if services.len() == 4 {
+                return services;
+            }
+        }
+        Default::default()
+    });
+    assert_eq!(
+        services.into_iter().collect::<Vec<_>>(),
+        [
+            "delivery-service",
+            "gateway",
+            "package-service",
+            "utilization-service"
+        ],
+        "the request's trace reached the viewer from all four services"
+    );
 
     // SIGKILL: `up` gets no chance to clean up; its children must still go.
     up.kill().expect("kill -9");

@@ -167,7 +167,10 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
                     .sum(),
                 cosmos_attempts: attempts.len(),
                 cosmos_throttled: attempts.iter().filter(|a| is_throttled(a)).count(),
-                request_units: attempts.iter().filter_map(|a| a.tag_f64(CHARGE)).sum(),
+                request_units: attempts
+                    .iter()
+                    .filter_map(|a| a.tag_f64(CHARGE))
+                    .fold(0.0, |sum, ru| sum + ru),
                 max_concurrent_attempts: max_overlap(attempts.iter().copied()),
                 partition_ranges: attempts
                     .iter()
@@ -196,7 +199,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
         error_spans: trace.spans.iter().filter(|s| is_error(s)).count(),
         cosmos_attempts: services.iter().map(|s| s.cosmos_attempts).sum(),
         cosmos_throttled: services.iter().map(|s| s.cosmos_throttled).sum(),
-        request_units: services.iter().map(|s| s.request_units).sum(),
+        request_units: services.iter().fold(0.0, |sum, s| sum + s.request_units),
         max_concurrent_attempts: max_overlap(trace.spans.iter().filter(|s| is_cosmos_attempt(s))),
         services,
         retry_waits: retry_waits_all,

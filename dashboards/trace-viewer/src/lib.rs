@@ -114,8 +114,14 @@ pub async fn run(
 }
 
 /// The binary: binds, prints its addresses on one stdout line (the local stack reads
-/// it; the UI's URL last), serves until Ctrl-C or SIGTERM.
+/// it; the UI's URL last), serves until Ctrl-C or SIGTERM. Logs go to stderr.
 pub async fn main(config: Config) -> std::process::ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let listeners = match Listeners::bind(&config).await {
         Ok(l) => l,
         Err(e) => {
