@@ -13,6 +13,7 @@ use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 
 pub use store::{Limits, Store};
@@ -95,11 +96,19 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let ui = axum::serve(listeners.ui, api::router(store.clone()))
+    // Large JSON answers otherwise stall on Nagle's algorithm against delayed ACKs.
+    let nodelay = |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    };
+    let ui = axum::serve(listeners.ui.tap_io(nodelay), api::router(store.clone()))
         .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let otlp_http = axum::serve(listeners.otlp_http, otlp::http_router(store.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let otlp_http = axum::serve(
+        listeners.otlp_http.tap_io(nodelay),
+        otlp::http_router(store.clone()),
+    )
+    .with_graceful_shutdown(stopped(stop_rx.clone()));
     let otlp_grpc = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
         .add_service(otlp::grpc_service(store))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listeners.otlp_grpc),

@@ -170,7 +170,7 @@ impl StoredSpan {
     /// Rough heap + inline size, for the byte limit.
     fn estimated_bytes(&self) -> usize {
         let attrs = |a: &[Attr]| {
-            a.len() * std::mem::size_of::<Attr>()
+            std::mem::size_of_val(a)
                 + a.iter()
                     .map(|a| match &a.value {
                         Value::Str(s) if s.len() > MAX_INTERNED_LEN => s.len(),
@@ -272,6 +272,9 @@ impl Interner {
     }
 }
 
+/// Span count per (operation, kind) of one service.
+type OperationCounts = HashMap<(Arc<str>, SpanKind), usize>;
+
 #[derive(Debug, Default)]
 struct Inner {
     traces: HashMap<TraceId, Trace>,
@@ -279,7 +282,7 @@ struct Inner {
     order: VecDeque<TraceId>,
     /// Per service, span count per (operation, kind): keeps `/api/services` exact as
     /// traces are evicted.
-    operations: HashMap<Arc<str>, HashMap<(Arc<str>, SpanKind), usize>>,
+    operations: HashMap<Arc<str>, OperationCounts>,
     stats: StoreStats,
 }
 
@@ -440,7 +443,7 @@ impl Store {
             .filter(|t| t.spans.iter().any(|s| query.matches(s)))
             .take(query.limit)
             .collect();
-        matches.sort_by(|a, b| b.start_ns.cmp(&a.start_ns));
+        matches.sort_by_key(|t| std::cmp::Reverse(t.start_ns));
         matches.into_iter().map(&mut render).collect()
     }
 

@@ -1,0 +1,233 @@
+//! The OTLP/HTTP receiver over real HTTP: protobuf and JSON bodies, bad input, and the
+//! store's limits holding under a bounded flood.
+
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message as _;
+use serde_json::Value;
+use trace_viewer::{Limits, Listeners, Store};
+
+struct Viewer {
+    ui: String,
+    http: String,
+    store: Arc<Store>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(limits: Limits) -> Viewer {
+    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+    let listeners = Listeners {
+        ui: bind().await.expect("bind"),
+        otlp_grpc: bind().await.expect("bind"),
+        otlp_http: bind().await.expect("bind"),
+    };
+    let ui = format!("http://{}", listeners.ui.local_addr().expect("addr"));
+    let http = format!("http://{}", listeners.otlp_http.local_addr().expect("addr"));
+    let store = Arc::new(Store::new(limits));
+    let served = store.clone();
+    let task = tokio::spawn(async move {
+        let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
+    });
+    Viewer {
+        ui,
+        http,
+        store,
+        _task: task,
+    }
+}
+
+/// `traces` traces of 5 spans each, numbered from `first`, for `service`.
+fn request(service: &str, first: u64, traces: u64) -> ExportTraceServiceRequest {
+    let text = |key: &str, value: String| KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value)),
+        }),
+        ..Default::default()
+    };
+    let spans = (first..first + traces)
+        .flat_map(|t| (0..5u64).map(move |s| (t, s)))
+        .map(|(t, s)| Span {
+            trace_id: (u128::from(t) + 1).to_be_bytes().to_vec(),
+            span_id: (t * 10 + s + 1).to_be_bytes().to_vec(),
+            parent_span_id: if s == 0 {
+                vec![]
+            } else {
+                (t * 10 + 1).to_be_bytes().to_vec()
+            },
+            name: format!("op-{s}"),
+            kind: 2,
+            start_time_unix_nano: 1_700_000_000_000_000_000 + t * 1_000_000,
+            end_time_unix_nano: 1_700_000_000_000_000_000 + t * 1_000_000 + 500_000,
+            attributes: vec![text("payload", format!("trace {t} span {s}"))],
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![text("service.name", service.to_owned())],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+async fn post(url: &str, content_type: &str, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("receiver answers")
+}
+
+#[tokio::test]
+async fn store_limits_hold_under_a_bounded_flood() {
+    let limits = Limits {
+        max_spans: 2_000,
+        max_bytes: 1 << 20,
+    };
+    let viewer = start(limits).await;
+    let url = format!("{}/v1/traces", viewer.http);
+    // 300 requests × 20 traces × 5 spans = 30,000 spans, 15× the span limit.
+    for batch in 0..300u64 {
+        let service = if batch < 150 { "early" } else { "late" };
+        let body = request(service, batch * 20, 20).encode_to_vec();
+        let response = post(&url, "application/x-protobuf", body).await;
+        assert_eq!(response.status().as_u16(), 200);
+        let stats = viewer.store.stats();
+        assert!(stats.spans <= limits.max_spans, "{stats:?}");
+        assert!(stats.bytes <= limits.max_bytes, "{stats:?}");
+    }
+    let stats = viewer.store.stats();
+    assert_eq!(stats.received_spans, 30_000);
+    assert_eq!(stats.rejected_spans, 0);
+    assert!(stats.evicted_traces >= 5_600, "{stats:?}");
+
+    let newest = format!("{:032x}", 300 * 20);
+    let oldest = format!("{:032x}", 1);
+    let status = |id: String| {
+        let ui = viewer.ui.clone();
+        async move {
+            reqwest::get(format!("{ui}/api/traces/{id}"))
+                .await
+                .expect("answer")
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status(newest).await, 200, "the newest trace is kept");
+    assert_eq!(
+        status(oldest).await,
+        404,
+        "the oldest trace was evicted first"
+    );
+    let services: Value = reqwest::get(format!("{}/api/services", viewer.ui))
+        .await
+        .expect("services")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        services["data"],
+        serde_json::json!(["late"]),
+        "a service whose traces are all evicted disappears"
+    );
+}
+
+#[tokio::test]
+async fn otlp_json_is_accepted_and_bad_bodies_are_refused() {
+    let viewer = start(Limits {
+        max_spans: 1_000,
+        max_bytes: 1 << 20,
+    })
+    .await;
+    let url = format!("{}/v1/traces", viewer.http);
+    // OTLP/JSON as the specification writes it: hex ids, enums as numbers, int64 as text.
+    let body = serde_json::json!({
+        "resourceSpans": [{
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "json-svc"}}]},
+            "scopeSpans": [{
+                "scope": {"name": "manual"},
+                "spans": [{
+                    "traceId": "5b8efff798038103d269b633813fc60c",
+                    "spanId": "eee19b7ec3c1b174",
+                    "name": "query_items utilization",
+                    "kind": 3,
+                    "startTimeUnixNano": "1544712660000000000",
+                    "endTimeUnixNano": "1544712661000000000",
+                    "attributes": [
+                        {"key": "db.response.status_code", "value": {"stringValue": "429"}},
+                        {"key": "azure.cosmosdb.attempt", "value": {"intValue": "2"}}
+                    ],
+                    "status": {"code": 2, "message": "throttled"}
+                }]
+            }]
+        }]
+    });
+    let response = post(&url, "application/json", body.to_string().into_bytes()).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let trace: Value = reqwest::get(format!(
+        "{}/api/traces/5b8efff798038103d269b633813fc60c",
+        viewer.ui
+    ))
+    .await
+    .expect("trace")
+    .json()
+    .await
+    .expect("json");
+    let span = &trace["data"][0]["spans"][0];
+    assert_eq!(span["spanID"], "eee19b7ec3c1b174");
+    assert_eq!(span["startTime"], 1_544_712_660_000_000u64);
+    assert_eq!(span["duration"], 1_000_000);
+    let tags: Vec<(String, Value)> = span["tags"]
+        .as_array()
+        .expect("tags")
+        .iter()
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap_or("").to_owned(),
+                t["value"].clone(),
+            )
+        })
+        .collect();
+    assert!(tags.contains(&("azure.cosmosdb.attempt".into(), Value::from(2))));
+    assert!(tags.contains(&("error".into(), Value::from(true))));
+    assert!(tags.contains(&("span.kind".into(), Value::from("client"))));
+    assert_eq!(
+        trace["data"][0]["processes"]["p1"]["serviceName"],
+        "json-svc"
+    );
+
+    let unsupported = post(&url, "text/plain", b"hello".to_vec()).await;
+    assert_eq!(unsupported.status().as_u16(), 415);
+    let garbage = post(&url, "application/x-protobuf", vec![0xff; 64]).await;
+    assert_eq!(garbage.status().as_u16(), 400);
+    let bad_json = post(&url, "application/json", b"{\"resourceSpans\": 7}".to_vec()).await;
+    assert_eq!(bad_json.status().as_u16(), 400);
+    let wrong_id = serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "abcd", "spanId": "eee19b7ec3c1b174", "name": "x"}
+    ]}]}]});
+    let partial: Value = post(&url, "application/json", wrong_id.to_string().into_bytes())
+        .await
+        .json()
+        .await
+        .expect("json");
+    let rejected = &partial["partialSuccess"]["rejectedSpans"];
+    assert!(
+        rejected == &Value::from(1) || rejected == &Value::from("1"),
+        "a span with a malformed id is rejected, not stored: {partial}"
+    );
+    assert_eq!(viewer.store.stats().spans, 1);
+}
