@@ -164,7 +164,7 @@ impl TraceApi {
         Ok(found.data)
     }
 
-    /// One trace in the window with a throttled (429) Cosmos attempt, if any.
+    /// One answered entry trace in the window with a throttled (429) Cosmos attempt.
     pub async fn throttled_trace(
         &self,
         window: &TraceWindow,
@@ -172,7 +172,7 @@ impl TraceApi {
     ) -> Result<Option<String>, DiagnoseError> {
         let mut q = Self::window_params(&TraceWindow {
             service: backend.to_owned(),
-            limit: 1,
+            limit: 20,
             ..window.clone()
         });
         q.push((
@@ -180,7 +180,11 @@ impl TraceApi {
             serde_json::json!({ "db.response.status_code": "429" }).to_string(),
         ));
         let found: Envelope<Vec<Trace>> = self.get("/api/traces", &q).await?;
-        Ok(found.data.first().map(|t| t.trace_id.clone()))
+        Ok(
+            entry_traces(&found.data, &window.service, &window.operation)
+                .first()
+                .map(|t| t.trace_id.clone()),
+        )
     }
 }
 
@@ -558,11 +562,18 @@ pub async fn diagnose_window(
         });
     }
     let diagnosis = diagnose(&entry, &window.service);
-    let throttled = if diagnosis.cosmos.throttled_per_operation > 0.0 {
-        api.throttled_trace(window, &diagnosis.cosmos.service)
-            .await?
-    } else {
-        None
+    let has_429 = |t: &Trace| {
+        t.spans
+            .iter()
+            .any(|s| s.tag_text("db.response.status_code").as_deref() == Some("429"))
+    };
+    let throttled = match entry.iter().find(|t| has_429(t)) {
+        Some(t) => Some(t.trace_id.clone()),
+        None if diagnosis.cosmos.throttled_per_operation > 0.0 => {
+            api.throttled_trace(window, &diagnosis.cosmos.service)
+                .await?
+        }
+        None => None,
     };
     let links = pick_links(api, &entry, throttled);
     Ok((diagnosis, links))

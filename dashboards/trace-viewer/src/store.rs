@@ -236,6 +236,7 @@ impl TraceQuery {
 
 /// Counters for `/api/stats` and the logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StoreStats {
     pub traces: usize,
     pub spans: usize,

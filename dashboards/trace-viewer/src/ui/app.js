@@ -40,6 +40,7 @@ const isError = (span) => tag(span, "error") === true || String(tag(span, "db.re
 
 async function loadServices() {
   const services = (await api("/api/services")).data;
+  services.forEach(colorOf); // sorted: the same service keeps its colour on every page
   const select = $("service");
   select.replaceChildren(el("option", { value: "" }, "all"));
   for (const s of services) select.append(el("option", { value: s }, s));
@@ -166,7 +167,7 @@ function showSummary(summary) {
     stat("Cosmos calls", summary.cosmosAttempts),
     stat("429 throttled", summary.cosmosThrottled, summary.cosmosThrottled > 0),
     stat("request units", summary.requestUnits.toFixed(1)),
-    stat("max concurrent Cosmos attempts", summary.maxConcurrentAttempts),
+    stat("max concurrent Cosmos attempts, all services", summary.maxConcurrentAttempts),
     stat("lost to 429 retries", ms(summary.services.reduce((a, s) => a + s.retryWaitUs, 0)), summary.cosmosThrottled > 0),
     ...util.map((s) => stat(`${s.service}: calls · ranges · max in flight`,
       `${s.cosmosAttempts} · ${s.partitionRanges} · ${s.maxConcurrentAttempts}`)));
@@ -210,19 +211,24 @@ function drawWaterfall(trace, summary) {
     const status = tag(span, "db.response.status_code");
     const charge = tag(span, "azure.cosmosdb.operation.request_charge");
     const range = tag(span, "azure.cosmosdb.partition_key_range_id");
+    const wait = waits.get(span.spanID);
+    const waited = wait && wait.duration > 0;
     const note = [ms(span.duration), status !== undefined ? `HTTP ${status}` : null,
-      charge !== undefined ? `${Number(charge).toFixed(1)} RU` : null, range !== undefined ? `range ${range}` : null]
+      charge !== undefined ? `${Number(charge).toFixed(1)} RU` : null, range !== undefined ? `range ${range}` : null,
+      waited ? `retry wait ${ms(wait.duration)}` : null]
       .filter(Boolean).join(" · ");
     const timeline = el("div", { class: "timeline" },
-      el("div", { class: "bar", style: `left:${left}%;width:${width}%;background:${colorOf(service)}` }),
-      el("span", { class: "bar-text", style: left + width < 70 ? `left:calc(${left + width}% + 4px)` : `right:calc(${100 - left}% + 4px)` }, note));
-    const wait = waits.get(span.spanID);
-    if (wait && wait.duration > 0) {
+      el("div", { class: "bar", style: `left:${left}%;width:${width}%;background:${colorOf(service)}` }));
+    let textEnd = left + width;
+    if (waited) {
       const wl = pct(wait.startTime);
       const ww = (100 * wait.duration) / total;
-      timeline.append(el("div", { class: "wait", style: `left:${wl}%;width:${ww}%`, title: "waiting to retry after 429" }),
-        el("span", { class: "bar-text wait-text", style: `left:calc(${wl + ww}% + 4px)` }, `retry wait ${ms(wait.duration)}`));
+      timeline.append(el("div", { class: "wait", style: `left:${wl}%;width:${ww}%`, title: "waiting to retry after 429" }));
+      textEnd = Math.max(textEnd, wl + ww);
     }
+    // The note goes right of the bar, else left of it, else inside it.
+    const place = textEnd < 70 ? `left:calc(${textEnd}% + 4px)` : left > 30 ? `right:calc(${100 - left}% + 4px)` : `left:calc(${left}% + 4px);color:#fff`;
+    timeline.append(el("span", { class: waited ? "bar-text wait-text" : "bar-text", style: place }, note));
     return el("div", { class: isError(span) ? "span-row error" : "span-row", role: "row", "data-span-id": span.spanID, "data-service": service,
         onclick: (e) => selectSpan(e.currentTarget, trace, span) },
       el("div", { class: "label", style: `padding-left:${6 + depth * 14}px`, title: `${service} ${span.operationName}` },
@@ -257,7 +263,7 @@ function selectSpan(row, trace, span) {
 async function showStats() {
   try {
     const s = await api("/api/stats");
-    $("store-stats").textContent = `${s.traces} traces · ${s.spans} spans · ${(s.bytes / 1048576).toFixed(1)} of ${(s.maxBytes / 1048576).toFixed(0)} MiB`;
+    $("store-stats").textContent = `${s.traces} traces · ${s.spans} spans · ${(s.bytes / 1048576).toFixed(1)} of ${(s.maxBytes / 1048576).toFixed(0)} MiB stored`;
   } catch (_) { /* the header is informational */ }
 }
 
