@@ -198,20 +198,7 @@ async fn a_throttled_attempt_is_an_error_span_followed_by_a_later_successful_ret
     let emulator = start_emulator(emulator_config(2)).await;
     // 20 RU/s over 2 partitions: a handful of ~3 RU partition queries exhausts a partition.
     seed(&emulator, 100_000).await;
-    let client = cosmos_args(&emulator).connect().await.expect("client");
-    client
-        .database_client(DATABASE)
-        .container_client("utilization", None)
-        .await
-        .expect("container")
-        .begin_replace_throughput(
-            azure_data_cosmos::models::ThroughputProperties::manual(20),
-            None,
-        )
-        .await
-        .expect("replace")
-        .await
-        .expect("replaced");
+    throttle_utilization(&emulator, 20).await;
     let (telemetry, exporter) = traced("utilization-service");
     let utilization = start_utilization(&emulator, telemetry, "-1", false).await;
     let url = format!(

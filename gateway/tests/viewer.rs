@@ -68,20 +68,7 @@ async fn throttled_run() -> ThrottledRun {
     let viewer = start_viewer().await;
     let emulator = start_emulator(emulator_config(2)).await;
     seed(&emulator, 100_000).await;
-    let client = cosmos_args(&emulator).connect().await.expect("client");
-    client
-        .database_client(DATABASE)
-        .container_client("utilization", None)
-        .await
-        .expect("container")
-        .begin_replace_throughput(
-            azure_data_cosmos::models::ThroughputProperties::manual(20),
-            None,
-        )
-        .await
-        .expect("replace")
-        .await
-        .expect("replaced");
+    throttle_utilization(&emulator, 20).await;
     let otlp = |name: &str, protocol: OtlpProtocol| {
         let endpoint = match protocol {
             OtlpProtocol::Grpc => &viewer.grpc,

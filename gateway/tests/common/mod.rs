@@ -173,6 +173,21 @@ pub async fn seed(emulator: &Server, utilization_ru: u64) {
     }
 }
 
+/// Replaces the `utilization` container's throughput (a low value provokes 429s).
+pub async fn throttle_utilization(emulator: &Server, ru_per_second: u64) {
+    let client = cosmos_args(emulator).connect().await.expect("client");
+    client
+        .database_client(DATABASE)
+        .container_client("utilization", None)
+        .await
+        .expect("container")
+        .begin_replace_throughput(ThroughputProperties::manual(ru_per_second), None)
+        .await
+        .expect("replace")
+        .await
+        .expect("replaced");
+}
+
 pub async fn start_delivery(emulator: &Server, telemetry: Telemetry) -> Server {
     let args = delivery_service::SummaryArgs {
         cosmos: cosmos_args(emulator),
