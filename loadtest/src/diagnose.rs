@@ -91,7 +91,11 @@ pub struct TraceApi {
 }
 
 impl TraceApi {
-    pub fn new(base: url::Url) -> Self {
+    /// `base` may carry a path prefix (Jaeger's `--query.base-path`).
+    pub fn new(mut base: url::Url) -> Self {
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
         Self {
             base,
             http: reqwest::Client::new(),
@@ -99,10 +103,7 @@ impl TraceApi {
     }
 
     pub fn trace_link(&self, trace_id: &str) -> String {
-        format!(
-            "{}/trace/{trace_id}",
-            self.base.as_str().trim_end_matches('/')
-        )
+        format!("{}trace/{trace_id}", self.base)
     }
 
     async fn get<T: serde::de::DeserializeOwned>(
@@ -110,8 +111,7 @@ impl TraceApi {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<T, DiagnoseError> {
-        let mut url = self.base.clone();
-        url.set_path(path);
+        let mut url = self.base.join(path).unwrap_or_else(|_| self.base.clone());
         url.query_pairs_mut().clear().extend_pairs(query);
         let shown = url.to_string();
         let response = self
@@ -160,7 +160,7 @@ impl TraceApi {
     pub async fn traces(&self, window: &TraceWindow) -> Result<Vec<Trace>, DiagnoseError> {
         let mut q = Self::window_params(window);
         q.push(("operation", window.operation.clone()));
-        let found: Envelope<Vec<Trace>> = self.get("/api/traces", &q).await?;
+        let found: Envelope<Vec<Trace>> = self.get("api/traces", &q).await?;
         Ok(found.data)
     }
 
@@ -179,7 +179,7 @@ impl TraceApi {
             "tags",
             serde_json::json!({ "db.response.status_code": "429" }).to_string(),
         ));
-        let found: Envelope<Vec<Trace>> = self.get("/api/traces", &q).await?;
+        let found: Envelope<Vec<Trace>> = self.get("api/traces", &q).await?;
         Ok(
             entry_traces(&found.data, &window.service, &window.operation)
                 .first()
@@ -661,6 +661,17 @@ mod tests {
             kinds(&evidence(0.005, 0.01, 1.0, 1.0)),
             [NoCosmosBottleneck]
         );
+    }
+
+    #[test]
+    fn links_and_requests_keep_a_base_path() {
+        let api = TraceApi::new("http://127.0.0.1:16686/jaeger".parse().expect("url"));
+        assert_eq!(
+            api.trace_link("ab"),
+            "http://127.0.0.1:16686/jaeger/trace/ab"
+        );
+        let plain = TraceApi::new("http://127.0.0.1:16686".parse().expect("url"));
+        assert_eq!(plain.trace_link("ab"), "http://127.0.0.1:16686/trace/ab");
     }
 
     #[test]

@@ -167,26 +167,38 @@ impl StoredSpan {
                 .any(|a| &*a.key == key && a.value.matches(value))
     }
 
-    /// Rough heap + inline size, for the byte limit.
+    /// Rough heap + inline size, for the byte limit. Interned strings are shared with
+    /// the interner (more than one owner) and counted there, not per span.
     fn estimated_bytes(&self) -> usize {
+        let own = |s: &Arc<str>| {
+            if Arc::strong_count(s) == 1 {
+                s.len()
+            } else {
+                0
+            }
+        };
         let attrs = |a: &[Attr]| {
             std::mem::size_of_val(a)
                 + a.iter()
-                    .map(|a| match &a.value {
-                        Value::Str(s) if s.len() > MAX_INTERNED_LEN => s.len(),
-                        _ => 0,
+                    .map(|a| {
+                        own(&a.key)
+                            + match &a.value {
+                                Value::Str(s) => own(s),
+                                _ => 0,
+                            }
                     })
                     .sum::<usize>()
         };
         std::mem::size_of::<StoredSpan>()
+            + own(&self.name)
             + attrs(&self.attributes)
             + self
                 .events
                 .iter()
-                .map(|e| std::mem::size_of::<Event>() + attrs(&e.attributes))
+                .map(|e| std::mem::size_of::<Event>() + own(&e.name) + attrs(&e.attributes))
                 .sum::<usize>()
             + self.links.len() * std::mem::size_of::<(TraceId, SpanId)>()
-            + self.status_message.as_ref().map_or(0, |m| m.len())
+            + self.status_message.as_ref().map_or(0, own)
     }
 }
 
@@ -491,6 +503,7 @@ impl Inner {
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.order.push_back(trace_id);
                 self.stats.traces += 1;
+                self.stats.bytes += std::mem::size_of::<Trace>();
                 e.insert(Trace {
                     id: trace_id,
                     spans: Vec::new(),
@@ -691,6 +704,17 @@ mod tests {
         assert_eq!(stats.evicted_traces, 3);
         let kept: Vec<u8> = store.find(&query(10), |t| t.id[0]);
         assert_eq!(kept, vec![5, 4]);
+        let same = Store::new(Limits {
+            max_spans: 10,
+            max_bytes: usize::MAX,
+        });
+        same.ingest(request("svc", 4, 4));
+        same.ingest(request("svc", 5, 4));
+        assert_eq!(
+            stats.bytes,
+            same.stats().bytes,
+            "eviction returns exactly what was counted"
+        );
         assert!(store.get(&[1; 16], |_| ()).is_none());
         assert_eq!(store.services(), vec!["svc".to_owned()]);
     }
