@@ -1,9 +1,9 @@
 //! The local stack: the trace viewer, the emulator, the three backends and the gateway,
 //! each its own OS process (this binary re-executed as `loadtest component <name>`), so
-//! each shows up as its own service in traces, exported over OTLP/gRPC to the viewer. Children pick free loopback ports and print them; the
-//! stack waits for readiness, notices a crashed child, and never leaves one behind:
-//! children are killed when the stack is dropped and, on Linux, when this process dies
-//! (even by `SIGKILL`).
+//! each shows up as its own service in traces, exported over OTLP/gRPC to the viewer.
+//! Children pick free loopback ports and print them; the stack waits for readiness,
+//! notices a crashed child, and never leaves one behind: children are killed when the
+//! stack is dropped and, on Linux, when this process dies (even by `SIGKILL`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

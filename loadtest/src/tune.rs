@@ -298,7 +298,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         })
         .map(TraceApi::new);
     if let Some(viewer) = stack.as_ref().and_then(|s| s.trace_viewer.as_ref()) {
-        eprintln!("traces: {}", viewer.url);
+        eprintln!("trace viewer: {}", viewer.url);
     }
     let mut current = knobs(&first);
     let mut reports = Vec::new();
@@ -390,7 +390,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
                 .unwrap_or_default(),
             None => EmulatorSnapshot::default(),
         };
-        let report = StageReport::new(
+        let mut report = StageReport::new(
             stage,
             &summary,
             utilization_latency(&before, &after),
@@ -415,30 +415,8 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             cosmos_series,
         );
         eprintln!("  {}", report.one_line());
-        let mut report = report;
         if let Some(api) = &traces {
-            let window = TraceWindow {
-                service: "gateway".into(),
-                operation: format!("GET {INVOICES}"),
-                start_us: Some(window_start),
-                end_us: Some(window_end),
-                lookback: None,
-                limit: TRACES_PER_DIAGNOSIS,
-            };
-            // The services batch spans for up to a second (OTEL_BSP_SCHEDULE_DELAY).
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            match diagnose::diagnose_window(api, &window).await {
-                Ok((diagnosis, links)) => {
-                    if let Some(verdict) = diagnosis.verdict() {
-                        eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
-                        eprintln!("  next step: {}", verdict.next_step);
-                    }
-                    eprint!("{}", diagnose::links_text(&links, "  "));
-                    report.diagnosis = Some(diagnosis);
-                    report.trace_links = Some(links);
-                }
-                Err(e) => eprintln!("  no diagnosis: {e}"),
-            }
+            diagnose_stage(api, window_start, window_end, &mut report).await;
         }
         reports.push(report);
     }
@@ -468,6 +446,35 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
 
 /// Traces read per stage for its diagnosis (the newest of the stage).
 const TRACES_PER_DIAGNOSIS: u32 = 300;
+/// The local stack's services flush spans every second (`OTEL_BSP_SCHEDULE_DELAY`); the
+/// stage's last traces are complete in the viewer after this.
+const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
+
+/// Reads the stage's invoice traces back, prints the verdict and the links, and puts
+/// them in the stage's report.
+async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
+    let window = TraceWindow {
+        service: "gateway".into(),
+        operation: format!("GET {INVOICES}"),
+        start_us: Some(start_us),
+        end_us: Some(end_us),
+        lookback: None,
+        limit: TRACES_PER_DIAGNOSIS,
+    };
+    tokio::time::sleep(SPAN_FLUSH_WAIT).await;
+    match diagnose::diagnose_window(api, &window).await {
+        Ok((diagnosis, links)) => {
+            if let Some(verdict) = diagnosis.verdict() {
+                eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
+                eprintln!("  next step: {}", verdict.next_step);
+            }
+            eprint!("{}", diagnose::links_text(&links, "  "));
+            report.diagnosis = Some(diagnosis);
+            report.trace_links = Some(links);
+        }
+        Err(e) => eprintln!("  no diagnosis: {e}"),
+    }
+}
 
 fn unix_micros() -> u64 {
     std::time::SystemTime::now()
