@@ -23,18 +23,8 @@ struct Viewer {
 }
 
 async fn start_viewer() -> Viewer {
-    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
-    let listeners = trace_viewer::Listeners {
-        ui: bind().await.expect("bind"),
-        otlp_grpc: bind().await.expect("bind"),
-        otlp_http: bind().await.expect("bind"),
-    };
-    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().expect("addr"));
-    let (ui, grpc, http) = (
-        url(&listeners.ui),
-        url(&listeners.otlp_grpc),
-        url(&listeners.otlp_http),
-    );
+    let listeners = trace_viewer::Listeners::loopback().await.expect("bind");
+    let urls = listeners.urls().expect("urls");
     let store = Arc::new(trace_viewer::Store::new(trace_viewer::Limits {
         max_spans: 100_000,
         max_bytes: 64 << 20,
@@ -44,9 +34,9 @@ async fn start_viewer() -> Viewer {
         let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
     });
     Viewer {
-        ui,
-        grpc,
-        http,
+        ui: urls.ui,
+        grpc: urls.otlp_grpc,
+        http: urls.otlp_http,
         store,
         _task: task,
     }

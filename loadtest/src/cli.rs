@@ -250,7 +250,7 @@ fn fail(e: impl std::fmt::Display) -> std::process::ExitCode {
 
 /// Quiet by default: the progress lines are the interface; `RUST_LOG=info` shows more.
 fn init_logging() {
-    service_kit::telemetry::init_logging_with_default("warn");
+    lifecycle::init_logging("warn");
 }
 
 async fn up(args: UpArgs) -> Result<(), String> {

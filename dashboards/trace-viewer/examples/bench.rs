@@ -119,20 +119,18 @@ struct Viewer {
 }
 
 async fn start(limits: trace_viewer::Limits) -> Result<Viewer, Box<dyn std::error::Error>> {
-    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
-    let listeners = trace_viewer::Listeners {
-        ui: bind().await?,
-        otlp_grpc: bind().await?,
-        otlp_http: bind().await?,
-    };
-    let ui = format!("http://{}", listeners.ui.local_addr()?);
-    let grpc = format!("http://{}", listeners.otlp_grpc.local_addr()?);
+    let listeners = trace_viewer::Listeners::loopback().await?;
+    let urls = listeners.urls()?;
     let store = Arc::new(trace_viewer::Store::new(limits));
     let served = store.clone();
     tokio::spawn(async move {
         let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
     });
-    Ok(Viewer { ui, grpc, store })
+    Ok(Viewer {
+        ui: urls.ui,
+        grpc: urls.otlp_grpc,
+        store,
+    })
 }
 
 /// Sends `traces` traces over gRPC from `clients` concurrent exporters; returns spans/s.

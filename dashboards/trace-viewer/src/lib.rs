@@ -55,7 +55,7 @@ impl Config {
     }
 }
 
-/// The three bound listeners (tests bind `127.0.0.1:0`).
+/// The three bound listeners.
 #[derive(Debug)]
 pub struct Listeners {
     pub ui: TcpListener,
@@ -71,6 +71,34 @@ impl Listeners {
             otlp_http: TcpListener::bind(config.otlp_http_listen).await?,
         })
     }
+
+    /// Three free ports on 127.0.0.1 (tests, benchmarks).
+    pub async fn loopback() -> std::io::Result<Self> {
+        let any = || TcpListener::bind("127.0.0.1:0");
+        Ok(Self {
+            ui: any().await?,
+            otlp_grpc: any().await?,
+            otlp_http: any().await?,
+        })
+    }
+
+    /// Base URLs of what is bound.
+    pub fn urls(&self) -> std::io::Result<Urls> {
+        let url = |l: &TcpListener| l.local_addr().map(|a| format!("http://{a}"));
+        Ok(Urls {
+            ui: url(&self.ui)?,
+            otlp_grpc: url(&self.otlp_grpc)?,
+            otlp_http: url(&self.otlp_http)?,
+        })
+    }
+}
+
+/// `http://host:port` of the UI/API and the two receivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Urls {
+    pub ui: String,
+    pub otlp_grpc: String,
+    pub otlp_http: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,12 +153,7 @@ pub async fn run(
 /// The binary: binds, prints its addresses on one stdout line (the local stack reads
 /// it; the UI's URL last), serves until Ctrl-C or SIGTERM. Logs go to stderr.
 pub async fn main(config: Config) -> std::process::ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    lifecycle::init_logging("info");
     let listeners = match Listeners::bind(&config).await {
         Ok(l) => l,
         Err(e) => {
@@ -138,48 +161,28 @@ pub async fn main(config: Config) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let addr = |l: &TcpListener| l.local_addr().map(|a| format!("http://{a}"));
-    let (Ok(ui), Ok(grpc), Ok(http)) = (
-        addr(&listeners.ui),
-        addr(&listeners.otlp_grpc),
-        addr(&listeners.otlp_http),
-    ) else {
-        eprintln!("trace-viewer: cannot read the bound addresses");
-        return std::process::ExitCode::FAILURE;
+    let Urls {
+        ui,
+        otlp_grpc,
+        otlp_http,
+    } = match listeners.urls() {
+        Ok(urls) => urls,
+        Err(e) => {
+            eprintln!("trace-viewer: cannot read the bound addresses: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
     };
-    println!("trace-viewer otlp-grpc={grpc} otlp-http={http} ui {ui}");
+    println!("trace-viewer otlp-grpc={otlp_grpc} otlp-http={otlp_http} ui {ui}");
     let limits = config.limits();
     tracing::info!(
         max_spans = limits.max_spans,
         max_mib = config.max_mib,
-        "trace viewer on {ui}; OTLP gRPC {grpc}, HTTP {http}"
+        "trace viewer on {ui}; OTLP gRPC {otlp_grpc}, HTTP {otlp_http}"
     );
     let store = Arc::new(Store::new(limits));
-    if let Err(e) = run(listeners, store, shutdown_signal()).await {
+    if let Err(e) = run(listeners, store, lifecycle::shutdown_signal()).await {
         eprintln!("trace-viewer: {e}");
         return std::process::ExitCode::FAILURE;
     }
     std::process::ExitCode::SUCCESS
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
 }

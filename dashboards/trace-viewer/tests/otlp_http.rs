@@ -19,22 +19,16 @@ struct Viewer {
 }
 
 async fn start(limits: Limits) -> Viewer {
-    let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
-    let listeners = Listeners {
-        ui: bind().await.expect("bind"),
-        otlp_grpc: bind().await.expect("bind"),
-        otlp_http: bind().await.expect("bind"),
-    };
-    let ui = format!("http://{}", listeners.ui.local_addr().expect("addr"));
-    let http = format!("http://{}", listeners.otlp_http.local_addr().expect("addr"));
+    let listeners = Listeners::loopback().await.expect("bind");
+    let urls = listeners.urls().expect("urls");
     let store = Arc::new(Store::new(limits));
     let served = store.clone();
     let task = tokio::spawn(async move {
         let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
     });
     Viewer {
-        ui,
-        http,
+        ui: urls.ui,
+        http: urls.otlp_http,
         store,
         _task: task,
     }

@@ -198,15 +198,5 @@ fn resource(default_service_name: &str) -> Resource {
 
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging() {
-    init_logging_with_default("info");
-}
-
-/// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive`.
-pub fn init_logging_with_default(default_directive: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_directive));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    lifecycle::init_logging("info");
 }
