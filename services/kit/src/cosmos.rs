@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use azure_core::credentials::Secret;
+use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::options::{OperationOptionsBuilder, ThrottlingRetryOptionsBuilder};
 use azure_data_cosmos::{AccountEndpoint, AccountReference, CosmosClient, RoutingStrategy};
 use azure_data_cosmos_driver::diagnostics::DiagnosticsContext;
@@ -27,6 +28,10 @@ use crate::telemetry::Telemetry;
 /// The public key of the Cosmos DB emulator (also dronelab's emulator default).
 pub const PUBLIC_EMULATOR_KEY: &str =
     "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+
+/// Environment variables the Cosmos SDK reads itself: `AZURE_COSMOS_EMULATOR_HOST`
+/// names an emulator host (other than localhost) whose `http://` endpoint it accepts.
+pub const SDK_ENVIRONMENT: &[&str] = &["AZURE_COSMOS_EMULATOR_HOST"];
 
 /// A secret that never appears in logs or `Debug` output.
 #[derive(Clone)]
@@ -106,6 +111,8 @@ pub enum BackendError {
     Throttled,
     #[error("Cosmos DB request failed: {0}")]
     Cosmos(String),
+    #[error("not connected to Cosmos DB yet: {0}")]
+    NotConnected(String),
 }
 
 impl axum::response::IntoResponse for BackendError {
@@ -124,6 +131,13 @@ impl axum::response::IntoResponse for BackendError {
                     .with_detail(self.to_string())
                     .into_response()
             }
+            BackendError::NotConnected(_) => crate::Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Not connected to Cosmos DB",
+            )
+            .with_detail(self.to_string())
+            .with_retry_after(1)
+            .into_response(),
         }
     }
 }
@@ -188,6 +202,117 @@ impl CosmosArgs {
                 endpoint: self.endpoint.clone(),
                 source,
             })
+    }
+}
+
+/// A container client that connects in the background, so a service starts serving (and
+/// answers `/healthz`) at once and reports not ready — `/readyz` and its API answer 503 —
+/// until Cosmos DB and the container answer. In Kubernetes the database, or the seed that
+/// creates the containers, may come up after the service; exiting instead would put the
+/// pod into a crash-loop back-off of up to five minutes.
+pub struct LazyContainer {
+    name: &'static str,
+    client: std::sync::OnceLock<ContainerClient>,
+    last_error: std::sync::Mutex<String>,
+    connected: tokio::sync::Notify,
+}
+
+/// How long [`LazyContainer::connect`] waits for the first connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// First and longest pause between connection attempts.
+const RECONNECT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(200), Duration::from_secs(5));
+
+impl LazyContainer {
+    /// Starts connecting to `name` in the background; retries with backoff until it
+    /// answers.
+    pub fn connect_in_background(args: CosmosArgs, name: &'static str) -> Arc<Self> {
+        let this = Arc::new(Self {
+            name,
+            client: std::sync::OnceLock::new(),
+            last_error: std::sync::Mutex::new("connecting".to_owned()),
+            connected: tokio::sync::Notify::new(),
+        });
+        tokio::spawn(Self::keep_connecting(this.clone(), args));
+        this
+    }
+
+    /// Connects now: the background connection, awaited for at most `timeout`.
+    pub async fn connect(
+        args: CosmosArgs,
+        name: &'static str,
+        timeout: Duration,
+    ) -> Result<Arc<Self>, String> {
+        let this = Self::connect_in_background(args, name);
+        let in_time = {
+            let connected = this.connected.notified();
+            this.client.get().is_some() || tokio::time::timeout(timeout, connected).await.is_ok()
+        };
+        if in_time {
+            Ok(this)
+        } else {
+            Err(this.last_error())
+        }
+    }
+
+    async fn keep_connecting(self: Arc<Self>, args: CosmosArgs) {
+        let mut backoff = RECONNECT_BACKOFF.0;
+        for attempt in 1u64.. {
+            match Self::open(&args, self.name).await {
+                Ok(client) => {
+                    tracing::info!(container = self.name, attempt, "connected to Cosmos DB");
+                    let _ = self.client.set(client);
+                    self.connected.notify_waiters();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(container = self.name, attempt, error = %e, "Cosmos DB not reachable yet; retrying");
+                    if let Ok(mut last) = self.last_error.lock() {
+                        *last = e;
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
+        }
+    }
+
+    async fn open(args: &CosmosArgs, name: &str) -> Result<ContainerClient, String> {
+        let client = args.connect().await.map_err(|e| e.to_string())?;
+        client
+            .database_client(&args.database)
+            .container_client(name, None)
+            .await
+            .map_err(|e| format!("container {}/{name} is not reachable: {e}", args.database))
+    }
+
+    fn last_error(&self) -> String {
+        self.last_error
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_else(|_| "connecting".to_owned())
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The client, or 503 while not connected.
+    pub fn get(&self) -> Result<&ContainerClient, BackendError> {
+        self.client
+            .get()
+            .ok_or_else(|| BackendError::NotConnected(self.last_error()))
+    }
+
+    /// Readiness: connected, and the container still answers.
+    pub async fn check_ready(&self) -> Result<(), String> {
+        let container = self.get().map_err(|e| e.to_string())?;
+        container
+            .read(None)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("container {} is not readable: {e}", self.name))
     }
 }
 

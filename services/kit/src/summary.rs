@@ -9,14 +9,15 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use azure_data_cosmos::clients::ContainerClient;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::KeyValue;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::cosmos::{BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry};
+use crate::cosmos::{
+    BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
+};
 use crate::server::{self, Instrumentation, Limits, RequestContext};
 use crate::{OwnerMonth, Telemetry};
 
@@ -36,50 +37,46 @@ pub struct SummaryArgs {
 }
 
 pub struct SummaryState<S> {
-    container: ContainerClient,
+    container: Arc<LazyContainer>,
     cosmos: CosmosTelemetry,
     instrumentation: Instrumentation,
     _summary: std::marker::PhantomData<fn() -> S>,
 }
 
 impl<S: Summary> SummaryState<S> {
+    /// Connects in the background; the service is unready until the container answers.
+    pub fn start(args: &SummaryArgs, telemetry: Telemetry) -> Arc<Self> {
+        Self::with_container(
+            LazyContainer::connect_in_background(args.cosmos.clone(), S::CONTAINER),
+            telemetry,
+        )
+    }
+
+    /// Connects now (at most 10 s), for tests and tools that need an answering service.
     pub async fn connect(args: &SummaryArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
-        let client = args.cosmos.connect().await.map_err(|e| e.to_string())?;
-        let container = client
-            .database_client(&args.cosmos.database)
-            .container_client(S::CONTAINER, None)
-            .await
-            .map_err(|e| {
-                format!(
-                    "container {}/{} is not reachable: {e}",
-                    args.cosmos.database,
-                    S::CONTAINER
-                )
-            })?;
+        let container =
+            LazyContainer::connect(args.cosmos.clone(), S::CONTAINER, CONNECT_TIMEOUT).await?;
+        Ok(Self::with_container(container, telemetry))
+    }
+
+    fn with_container(container: Arc<LazyContainer>, telemetry: Telemetry) -> Arc<Self> {
         let instrumentation = Instrumentation::new(telemetry.clone());
         let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
-        Ok(Arc::new(Self {
+        Arc::new(Self {
             container,
             cosmos,
             instrumentation,
             _summary: std::marker::PhantomData,
-        }))
+        })
     }
 }
 
 pub fn build_app<S: Summary>(state: Arc<SummaryState<S>>) -> Router {
     let readiness: server::ReadinessCheck = {
-        let state = state.clone();
+        let container = state.container.clone();
         Arc::new(move || {
-            let state = state.clone();
-            Box::pin(async move {
-                state
-                    .container
-                    .read(None)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("container {} is not readable: {e}", S::CONTAINER))
-            })
+            let container = container.clone();
+            Box::pin(async move { container.check_ready().await })
         })
     };
     let instrumentation = state.instrumentation.clone();
@@ -95,6 +92,7 @@ async fn summary<S: Summary>(
     RawQuery(query): RawQuery,
 ) -> Result<Json<S>, BackendError> {
     let request = OwnerMonth::from_query(query.as_deref()).map_err(BackendError::BadRequest)?;
+    let container = state.container.get()?;
     let tracer = state.cosmos.telemetry().tracer();
     let span = tracer
         .span_builder(format!("read_item {}", S::CONTAINER))
@@ -106,8 +104,7 @@ async fn summary<S: Summary>(
         .start_with_context(tracer, &cx);
     let cx = cx.with_span(span);
     let anchor = ClockAnchor::now();
-    let outcome = state
-        .container
+    let outcome = container
         .read_item(request.owner_id.to_string(), &request.summary_id(), None)
         .await;
     let diagnostics = match &outcome {
@@ -148,9 +145,7 @@ pub async fn main<S: Summary>(
     args: SummaryArgs,
 ) -> std::process::ExitCode {
     crate::server::run_service(service_name, listen, |telemetry| async move {
-        SummaryState::<S>::connect(&args, telemetry)
-            .await
-            .map(build_app)
+        Ok(build_app(SummaryState::<S>::start(&args, telemetry)))
     })
     .await
 }

@@ -57,7 +57,7 @@ pub async fn run(
                 1,
             ),
             parallel => {
-                let ranges = state.container.read_feed_ranges(None).await?;
+                let ranges = state.container.get()?.read_feed_ranges(None).await?;
                 let limit = match parallel {
                     QueryParallelism::AtMost(n) => n.get(),
                     _ => ranges.len().max(1),
@@ -111,6 +111,7 @@ async fn query_scope(
     label: String,
     scope: FeedScope,
 ) -> Result<(Utilization, OperationCost), UtilizationError> {
+    let container = state.container.get()?;
     let tracer = state.cosmos.telemetry().tracer();
     let span = tracer
         .span_builder(format!("query {}", state.container_name))
@@ -126,8 +127,7 @@ async fn query_scope(
     let mut cost = OperationCost::default();
     let anchor = ClockAnchor::now();
     let outcome: Result<(), azure_data_cosmos::CosmosError> = async {
-        let mut pages = state
-            .container
+        let mut pages = container
             .query_items::<Record>(query, scope, None)
             .await?
             .into_pages();
