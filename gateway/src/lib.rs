@@ -34,6 +34,8 @@ use tower::retry::budget::TpsBudget;
 pub use backend::{Backend, BackendError, CallPolicy};
 
 pub const SERVICE_NAME: &str = "gateway";
+/// The longest an invoice request may take (graceful shutdown drains no longer).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn positive_ms(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
@@ -141,7 +143,7 @@ pub fn build_app(state: Arc<AppState>) -> Router {
         instrumentation,
         readiness,
         Limits {
-            request_timeout: Duration::from_secs(60),
+            request_timeout: REQUEST_TIMEOUT,
             ..Limits::default()
         },
     )
@@ -220,4 +222,16 @@ pub async fn main(listen: SocketAddr, args: GatewayArgs) -> std::process::ExitCo
         AppState::new(&args, telemetry).map(build_app)
     })
     .await
+}
+
+// The binary's command line, here so the Kubernetes contract test can read its env names.
+/// The drone-delivery gateway: GET /api/invoices aggregates three backends in parallel.
+#[derive(clap::Parser)]
+#[command(name = "gateway", version, about)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub args: crate::GatewayArgs,
 }

@@ -20,3 +20,15 @@ impl Summary for DeliverySummary {
 }
 
 pub type AppState = SummaryState<DeliverySummary>;
+
+// The binary's command line, here so the Kubernetes contract test can read its env names.
+/// Monthly delivery counts per owner, read from Cosmos DB.
+#[derive(clap::Parser)]
+#[command(name = "delivery-service", version, about)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8091")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub summary: crate::SummaryArgs,
+}

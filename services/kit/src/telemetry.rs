@@ -49,6 +49,26 @@ impl std::fmt::Debug for Telemetry {
     }
 }
 
+/// Every environment variable a service's telemetry reads: ours in
+/// [`Telemetry::from_env`], plus those the OpenTelemetry SDK and OTLP exporter read
+/// themselves. Deployment manifests may set only these (the Kubernetes contract test
+/// checks it).
+pub const ENVIRONMENT: &[&str] = &[
+    "OTEL_SDK_DISABLED",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+];
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }

@@ -23,3 +23,15 @@ impl Summary for PackageSummary {
 }
 
 pub type AppState = SummaryState<PackageSummary>;
+
+// The binary's command line, here so the Kubernetes contract test can read its env names.
+/// Monthly package counts and weights per owner, read from Cosmos DB.
+#[derive(clap::Parser)]
+#[command(name = "package-service", version, about)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8092")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub summary: crate::SummaryArgs,
+}

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use azure_data_cosmos::clients::ContainerClient;
 use serde::{Deserialize, Serialize};
-use service_kit::cosmos::{BackendError, CosmosArgs, CosmosTelemetry};
+use service_kit::cosmos::{
+    BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
+};
 use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
 use service_kit::{OwnerMonth, Telemetry};
 use tokio::net::TcpListener;
@@ -107,7 +108,7 @@ pub struct Utilization {
 pub type UtilizationError = BackendError;
 
 pub struct AppState {
-    container: ContainerClient,
+    container: Arc<LazyContainer>,
     container_name: &'static str,
     use_partition_key: bool,
     parallelism: QueryParallelism,
@@ -116,58 +117,64 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// Connects in the background; the service is unready until the container answers.
+    pub fn start(args: &UtilizationArgs, telemetry: Telemetry) -> Arc<Self> {
+        let container =
+            LazyContainer::connect_in_background(args.cosmos.clone(), container_name(args));
+        Self::with_container(args, container, telemetry)
+    }
+
+    /// Connects now (at most 10 s), for tests and tools that need an answering service.
     pub async fn connect(
         args: &UtilizationArgs,
         telemetry: Telemetry,
     ) -> Result<Arc<Self>, String> {
-        let client = args.cosmos.connect().await.map_err(|e| e.to_string())?;
-        let container_name = if args.use_partition_key {
-            CONTAINER_BY_OWNER
-        } else {
-            CONTAINER_BY_DRONE
-        };
-        let container = client
-            .database_client(&args.cosmos.database)
-            .container_client(container_name, None)
-            .await
-            .map_err(|e| {
-                format!(
-                    "container {}/{container_name} is not reachable: {e}",
-                    args.cosmos.database
-                )
-            })?;
+        let container =
+            LazyContainer::connect(args.cosmos.clone(), container_name(args), CONNECT_TIMEOUT)
+                .await?;
+        Ok(Self::with_container(args, container, telemetry))
+    }
+
+    fn with_container(
+        args: &UtilizationArgs,
+        container: Arc<LazyContainer>,
+        telemetry: Telemetry,
+    ) -> Arc<Self> {
         let instrumentation = Instrumentation::new(telemetry.clone());
         let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
         tracing::info!(
-            container = container_name,
+            container = container.name(),
             parallelism = %args.query_parallelism,
             use_partition_key = args.use_partition_key,
             "utilization query configured"
         );
-        Ok(Arc::new(Self {
+        Arc::new(Self {
+            container_name: container.name(),
             container,
-            container_name,
             use_partition_key: args.use_partition_key,
             parallelism: args.query_parallelism,
             cosmos,
             instrumentation,
-        }))
+        })
+    }
+}
+
+fn container_name(args: &UtilizationArgs) -> &'static str {
+    if args.use_partition_key {
+        CONTAINER_BY_OWNER
+    } else {
+        CONTAINER_BY_DRONE
     }
 }
 
 pub fn build_app(state: Arc<AppState>) -> Router {
-    let readiness: ReadinessCheck =
-        {
-            let state = state.clone();
-            Arc::new(move || {
-                let state = state.clone();
-                Box::pin(async move {
-                    state.container.read(None).await.map(|_| ()).map_err(|e| {
-                        format!("container {} is not readable: {e}", state.container_name)
-                    })
-                })
-            })
-        };
+    let readiness: ReadinessCheck = {
+        let container = state.container.clone();
+        Arc::new(move || {
+            let container = container.clone();
+            Box::pin(async move { container.check_ready().await })
+        })
+    };
     let instrumentation = state.instrumentation.clone();
     let app = Router::new()
         .route("/api/dronedeliveries/utilization", get(utilization))
@@ -195,7 +202,19 @@ pub async fn run(
 /// The binary's `main`: telemetry, connect, serve until SIGTERM, flush spans.
 pub async fn main(listen: SocketAddr, args: UtilizationArgs) -> std::process::ExitCode {
     server::run_service(SERVICE_NAME, listen, |telemetry| async move {
-        AppState::connect(&args, telemetry).await.map(build_app)
+        Ok(build_app(AppState::start(&args, telemetry)))
     })
     .await
+}
+
+// The binary's command line, here so the Kubernetes contract test can read its env names.
+/// Sums an owner's monthly drone utilization from Cosmos DB (the query under study).
+#[derive(clap::Parser)]
+#[command(name = "utilization-service", version, about)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8093")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub args: crate::UtilizationArgs,
 }
