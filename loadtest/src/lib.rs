@@ -5,6 +5,7 @@ pub mod calibration;
 pub mod cli;
 pub mod data;
 pub mod diagnose;
+pub mod emulator;
 pub mod load;
 pub mod promtext;
 pub mod report;

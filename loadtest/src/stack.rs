@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::calibration::EmulatorModel;
+use crate::emulator::EmulatorAdmin;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
@@ -115,31 +116,19 @@ impl Stack {
         })
     }
 
-    /// Seeds the emulator with its latency model off (seconds instead of minutes), then
-    /// switches the model back on.
+    /// Seeds the emulator with its latency model off (seconds instead of minutes).
     pub async fn seed(
         &self,
         args: &crate::seed::SeedArgs,
     ) -> Result<usize, crate::seed::SeedError> {
         let mut args = args.clone();
         args.cosmos.endpoint = self.emulator.url.to_string();
-        self.set_latency(false).await;
-        let seeded = crate::seed::seed(&args, true).await;
-        self.set_latency(true).await;
-        seeded
+        crate::emulator::seed(Some(&self.emulator_admin()), &args).await
     }
 
-    async fn set_latency(&self, on: bool) {
-        if let Ok(url) = self.emulator.url.join("_emulator/config") {
-            let sent = reqwest::Client::new()
-                .post(url)
-                .json(&serde_json::json!({ "latency": on }))
-                .send()
-                .await;
-            if let Err(e) = sent {
-                tracing::warn!(error = %e, "could not switch the emulator's latency model");
-            }
-        }
+    /// The emulator's admin routes.
+    pub fn emulator_admin(&self) -> EmulatorAdmin {
+        EmulatorAdmin::new(reqwest::Client::new(), self.emulator.url.clone())
     }
 
     /// Starts the backends and the gateway against the emulator.

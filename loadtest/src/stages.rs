@@ -56,6 +56,13 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         file: name.to_owned(),
         reason: reason.to_owned(),
     };
+    // The name becomes an overlay directory and part of `--stage-command`'s shell line.
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err(invalid(
+            "the file name must be letters, digits, '-', '_' or '.'",
+        ));
+    }
     if file.config.provisioned_ru_per_second == 0 {
         return Err(invalid("provisioned_ru_per_second must be positive"));
     }
@@ -138,5 +145,11 @@ mod tests {
         );
         assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 0\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false").is_err());
         assert!(parse("x", "nonsense").is_err());
+        let valid = "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false";
+        assert!(parse("5-mine", valid).is_ok());
+        assert!(
+            parse("x;rm -rf", valid).is_err(),
+            "a name that is not plain"
+        );
     }
 }

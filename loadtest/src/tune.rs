@@ -13,6 +13,7 @@ use azure_data_cosmos::CosmosClient;
 
 use crate::calibration::{EmulatorModel, RunProfile};
 use crate::diagnose::{self, TraceApi, TraceWindow};
+use crate::emulator::{self, EmulatorAdmin, EmulatorSnapshot};
 use crate::load::{self, LoadSummary, Percentiles, Target};
 use crate::promtext;
 use crate::report::{CosmosFigures, CosmosSample, Report, StageReport};
@@ -36,11 +37,21 @@ pub struct TuneArgs {
     /// Where reports go (`<dir>/<run-id>/`, plus `<dir>/latest`).
     #[arg(long, default_value = "reports")]
     pub reports: PathBuf,
-    /// Use an existing deployment's gateway instead of starting the local stack (RU/s
-    /// changes still go through `--cosmos-endpoint`; apply each stage's query knobs —
-    /// the k8s overlays — yourself when told).
+    /// Use an existing deployment's gateway instead of starting the local stack. RU/s
+    /// changes go through `--cosmos-endpoint`; each stage's query knobs through
+    /// `--stage-command` (without it, apply the stage's k8s overlay yourself when told).
     #[arg(long)]
     pub target: Option<url::Url>,
+    /// With `--target`: the command that puts a stage's query knobs in place and returns
+    /// once the rollout is done, run through `sh -c` before every stage with `{stage}`
+    /// replaced by the stage's name (also in `DRONELAB_STAGE`), e.g.
+    /// `kubectl apply -k k8s/overlays/{stage} && kubectl rollout status deployment/utilization-service`.
+    #[arg(long, requires = "target")]
+    pub stage_command: Option<String>,
+    /// With `--target`: utilization-service's base URL, to read its `/metrics` (server-side
+    /// latency, RU and calls per operation); without it those columns stay 0.
+    #[arg(long, requires = "target")]
+    pub utilization_url: Option<url::Url>,
     /// Leave the local stack running after the run, for trace inspection (Ctrl-C stops it).
     #[arg(long)]
     pub keep_up: bool,
@@ -69,6 +80,8 @@ pub enum TuneError {
     Report(#[from] std::io::Error),
     #[error("no stages to run (check --only)")]
     NoStages,
+    #[error("the stage command for {stage} failed: {reason}")]
+    StageCommand { stage: String, reason: String },
 }
 
 /// The services' view of the utilization path, from its `/metrics`.
@@ -148,57 +161,6 @@ fn utilization_latency(before: &UtilizationMetrics, after: &UtilizationMetrics) 
     }
 }
 
-/// The emulator's counters for the utilization containers.
-#[derive(Debug, Clone, Default)]
-struct EmulatorSnapshot {
-    ok: u64,
-    throttled: u64,
-    ru_total: f64,
-    max_ru_per_partition_per_sec: f64,
-    provisioned_ru_per_partition: f64,
-    ru_last_second: Vec<f64>,
-}
-
-async fn emulator_snapshot(
-    http: &reqwest::Client,
-    emulator: &url::Url,
-    container: &str,
-) -> Option<EmulatorSnapshot> {
-    let url = emulator.join("_emulator/stats").ok()?;
-    let stats: cosmos_emulator::Stats = http
-        .get(url)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
-    let c = stats
-        .databases
-        .iter()
-        .flat_map(|d| d.containers.iter())
-        .find(|c| c.id == container)?;
-    Some(EmulatorSnapshot {
-        ok: c
-            .partitions
-            .iter()
-            .flat_map(|p| p.counters.requests_by_status.iter())
-            .filter(|(s, _)| s.starts_with('2'))
-            .map(|(_, n)| n)
-            .sum(),
-        throttled: c.throttled_requests,
-        ru_total: c.ru_total,
-        max_ru_per_partition_per_sec: c.max_ru_per_partition_per_second,
-        provisioned_ru_per_partition: c.provisioned_ru_per_partition.unwrap_or(0.0),
-        ru_last_second: c
-            .partitions
-            .iter()
-            .map(|p| p.counters.ru_last_second)
-            .collect(),
-    })
-}
-
 async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Result<(), TuneError> {
     let db = client.database_client(database);
     for container in ["utilization", "utilization-by-owner"] {
@@ -244,8 +206,29 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
 
     let mut seed_args = args.seed.clone();
     let mut stack = None;
-    let gateway = match &args.target {
-        Some(target) => target.clone(),
+    let (gateway, emulator) = match &args.target {
+        Some(target) => {
+            let emulator = EmulatorAdmin::detect(http.clone(), &seed_args.cosmos.endpoint).await;
+            match &emulator {
+                Some(e) => eprintln!(
+                    "Cosmos DB at {} is dronelab's emulator: its counters go into the report",
+                    e.url()
+                ),
+                None => eprintln!(
+                    "Cosmos DB at {} is not dronelab's emulator: 429s and RU/s per partition are in Azure Monitor, not in this report",
+                    seed_args.cosmos.endpoint
+                ),
+            }
+            if !args.skip_seed {
+                let started = Instant::now();
+                let written = emulator::seed(emulator.as_ref(), &seed_args).await?;
+                eprintln!(
+                    "seeded {written} documents in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            (target.clone(), emulator)
+        }
         None => {
             eprintln!("starting the local stack (logs in {}/logs)", dir.display());
             let mut s = Stack::start(&dir.join("logs"), first.config.partitions, &model).await?;
@@ -263,18 +246,11 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
                 .url("gateway")
                 .cloned()
                 .unwrap_or_else(|| s.emulator.url.clone());
+            let admin = s.emulator_admin();
             stack = Some(s);
-            url
+            (url, Some(admin))
         }
     };
-    if args.target.is_some() && !args.skip_seed {
-        let started = Instant::now();
-        let written = seed::seed(&seed_args, true).await?;
-        eprintln!(
-            "seeded {written} documents in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
-    }
     let client = seed_args
         .cosmos
         .connect()
@@ -316,42 +292,38 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         )
         .await?;
         let wanted = knobs(stage);
-        if wanted != current {
-            match stack.as_mut() {
-                Some(s) => s.restart_utilization(wanted).await?,
-                None => eprintln!(
-                    "  apply k8s/overlays/{} (parallelism {}, partition key {}) now; the run continues in 60 s",
+        match (&args.stage_command, stack.as_mut()) {
+            // Every stage, the first too: applying is idempotent, and the command waits
+            // until the deployment is ready for load.
+            (Some(command), _) => apply_stage(command, &stage.name).await?,
+            (None, Some(s)) if wanted != current => s.restart_utilization(wanted).await?,
+            (None, None) if wanted != current => {
+                eprintln!(
+                    "  apply k8s/overlays/{} (parallelism {}, partition key {}) now; the run continues in 60 s (--stage-command does this for you)",
                     stage.name, wanted.parallelism, wanted.use_partition_key
-                ),
-            }
-            if stack.is_none() {
+                );
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
-            current = wanted;
+            _ => {}
         }
+        current = wanted;
         let container = if stage.config.use_partition_key {
             "utilization-by-owner"
         } else {
             "utilization"
         };
-        let emulator = stack.as_ref().map(|s| s.emulator.url.clone());
-        let utilization_url = stack
-            .as_ref()
-            .and_then(|s| s.url("utilization-service").cloned());
+        let utilization_url = args.utilization_url.clone().or_else(|| {
+            stack
+                .as_ref()
+                .and_then(|s| s.url("utilization-service").cloned())
+        });
         if let Some(e) = &emulator {
-            let _ = http
-                .post(
-                    e.join("_emulator/stats/reset")
-                        .unwrap_or_else(|_| e.clone()),
-                )
-                .send()
-                .await;
+            e.reset_stats().await;
         }
         let before = scrape(&http, utilization_url.as_ref()).await;
         // Sample the emulator every second while the load runs.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let sampler = emulator.clone().map(|e| {
-            let http = http.clone();
             let container = container.to_owned();
             tokio::spawn(async move {
                 let mut series = Vec::new();
@@ -363,7 +335,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
                         _ = tick.tick() => {}
                         _ = &mut stopped => break series,
                     }
-                    if let Some(now) = emulator_snapshot(&http, &e, &container).await {
+                    if let Some(now) = e.snapshot(&container).await {
                         series.push(CosmosSample {
                             t: started.elapsed().as_secs(),
                             ok: now.ok.saturating_sub(last.ok),
@@ -385,9 +357,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         };
         let after = scrape(&http, utilization_url.as_ref()).await;
         let snapshot = match &emulator {
-            Some(e) => emulator_snapshot(&http, e, container)
-                .await
-                .unwrap_or_default(),
+            Some(e) => e.snapshot(container).await.unwrap_or_default(),
             None => EmulatorSnapshot::default(),
         };
         let mut report = StageReport::new(
@@ -473,6 +443,31 @@ async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut
             report.trace_links = Some(links);
         }
         Err(e) => eprintln!("  no diagnosis: {e}"),
+    }
+}
+
+/// Runs `--stage-command` for `stage` and waits for it.
+async fn apply_stage(command: &str, stage: &str) -> Result<(), TuneError> {
+    let line = command.replace("{stage}", stage);
+    eprintln!("  applying the stage: {line}");
+    let failed = |reason: String| TuneError::StageCommand {
+        stage: stage.to_owned(),
+        reason,
+    };
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&line)
+        .env("DRONELAB_STAGE", stage)
+        .stdin(std::process::Stdio::null())
+        // Its output is progress, like ours: stdout stays the run's result.
+        .stdout(std::io::stderr())
+        .status()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(failed(status.to_string()))
     }
 }
 

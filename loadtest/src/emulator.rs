@@ -1,0 +1,125 @@
+//! dronelab's Cosmos emulator seen from the tuning run: its admin routes (`/_emulator/…`)
+//! switch the latency model off while seeding, reset the counters before a stage and
+//! read them during it. A real Cosmos DB account has none of these; the run then reports
+//! what the services measure and leaves the account's counters to Azure Monitor.
+
+use std::time::Duration;
+
+/// The emulator's counters for one container.
+#[derive(Debug, Clone, Default)]
+pub struct EmulatorSnapshot {
+    pub ok: u64,
+    pub throttled: u64,
+    pub ru_total: f64,
+    pub max_ru_per_partition_per_sec: f64,
+    pub provisioned_ru_per_partition: f64,
+    pub ru_last_second: Vec<f64>,
+}
+
+/// The admin routes of an emulator at a Cosmos endpoint.
+#[derive(Debug, Clone)]
+pub struct EmulatorAdmin {
+    http: reqwest::Client,
+    base: url::Url,
+}
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl EmulatorAdmin {
+    pub fn new(http: reqwest::Client, base: url::Url) -> Self {
+        Self { http, base }
+    }
+
+    /// The emulator behind `endpoint`, or `None` when it is another Cosmos DB (Azure).
+    pub async fn detect(http: reqwest::Client, endpoint: &str) -> Option<Self> {
+        let base = url::Url::parse(endpoint).ok()?;
+        let admin = Self::new(http, base);
+        admin.stats().await.map(|_| admin)
+    }
+
+    pub fn url(&self) -> &url::Url {
+        &self.base
+    }
+
+    async fn stats(&self) -> Option<cosmos_emulator::Stats> {
+        let url = self.base.join("_emulator/stats").ok()?;
+        let response = self
+            .http
+            .get(url)
+            .timeout(ADMIN_TIMEOUT)
+            .send()
+            .await
+            .ok()?;
+        response.error_for_status().ok()?.json().await.ok()
+    }
+
+    /// Switches the latency model (seeding is seconds instead of minutes without it).
+    pub async fn set_latency(&self, on: bool) {
+        let sent = match self.base.join("_emulator/config") {
+            Ok(url) => self
+                .http
+                .post(url)
+                .timeout(ADMIN_TIMEOUT)
+                .json(&serde_json::json!({ "latency": on }))
+                .send()
+                .await
+                .map(|_| ()),
+            Err(_) => Ok(()),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "could not switch the emulator's latency model");
+        }
+    }
+
+    /// Zeroes the counters, so a stage's figures are its own.
+    pub async fn reset_stats(&self) {
+        if let Ok(url) = self.base.join("_emulator/stats/reset") {
+            if let Err(e) = self.http.post(url).timeout(ADMIN_TIMEOUT).send().await {
+                tracing::warn!(error = %e, "could not reset the emulator's counters");
+            }
+        }
+    }
+
+    /// The counters of `container`.
+    pub async fn snapshot(&self, container: &str) -> Option<EmulatorSnapshot> {
+        let stats = self.stats().await?;
+        let c = stats
+            .databases
+            .iter()
+            .flat_map(|d| d.containers.iter())
+            .find(|c| c.id == container)?;
+        Some(EmulatorSnapshot {
+            ok: c
+                .partitions
+                .iter()
+                .flat_map(|p| p.counters.requests_by_status.iter())
+                .filter(|(s, _)| s.starts_with('2'))
+                .map(|(_, n)| n)
+                .sum(),
+            throttled: c.throttled_requests,
+            ru_total: c.ru_total,
+            max_ru_per_partition_per_sec: c.max_ru_per_partition_per_second,
+            provisioned_ru_per_partition: c.provisioned_ru_per_partition.unwrap_or(0.0),
+            ru_last_second: c
+                .partitions
+                .iter()
+                .map(|p| p.counters.ru_last_second)
+                .collect(),
+        })
+    }
+}
+
+/// Seeds with the emulator's latency model off when there is one.
+pub async fn seed(
+    emulator: Option<&EmulatorAdmin>,
+    args: &crate::seed::SeedArgs,
+) -> Result<usize, crate::seed::SeedError> {
+    if let Some(e) = emulator {
+        e.set_latency(false).await;
+    }
+    let seeded = crate::seed::seed(args, true).await;
+    if let Some(e) = emulator {
+        e.set_latency(true).await;
+    }
+    seeded
+}
