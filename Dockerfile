@@ -1,0 +1,44 @@
+# dronelab in one image: gateway, delivery-service, package-service,
+# utilization-service, cosmos-emulator, trace-viewer and loadtest, each in
+# /usr/local/bin; every Kubernetes workload picks its binary with `command`.
+#
+#   docker build -t dronelab:0.1.0 .        podman build -t dronelab:0.1.0 .
+#
+# Base images are build arguments, so a mirror or a base made locally can stand in.
+ARG RUST_IMAGE=docker.io/library/rust:1.89-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+# Where the binaries come from: `compile` (cargo in the Rust image, the default) or
+# `prebuilt` (a build context holding bin/<binary>, built elsewhere with the same
+# `cargo build --release --locked`; dronelab's podman test uses it on machines that
+# cannot pull the Rust image).
+ARG BINARIES=compile
+
+FROM ${RUST_IMAGE} AS compile
+WORKDIR /src
+COPY . .
+# The caches keep crates and build output between builds; symbols are stripped to keep
+# the image small.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
+      --bin gateway --bin delivery-service --bin package-service \
+      --bin utilization-service --bin cosmos-emulator --bin trace-viewer --bin loadtest \
+ && mkdir /out \
+ && cd target/release \
+ && cp gateway delivery-service package-service utilization-service \
+       cosmos-emulator trace-viewer loadtest /out/
+
+FROM scratch AS prebuilt
+COPY bin/ /out/
+
+FROM ${BINARIES} AS binaries
+
+# Distroless `cc`: glibc, libgcc, CA certificates and a non-root user; no shell.
+FROM ${RUNTIME_IMAGE}
+COPY --from=binaries /out/ /usr/local/bin/
+USER 65532:65532
+EXPOSE 8080 8081 8091 8092 8093 16686 4317 4318
+CMD ["gateway"]
+LABEL org.opencontainers.image.title="dronelab" \
+      org.opencontainers.image.description="Performance tuning lab for a gateway that aggregates several backends" \
+      org.opencontainers.image.licenses="MIT"
