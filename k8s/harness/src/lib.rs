@@ -1,0 +1,81 @@
+//! `k8s-harness`: dronelab's Kubernetes manifests, proved where no cluster can run.
+//!
+//! - [`render`]: `kubectl kustomize` an overlay and read the objects;
+//! - [`contract`]: check a render against the binaries it runs (environment, ports,
+//!   probes, Services, labels, security, the stage knobs);
+//! - [`podman`]: run a render's workloads as containers on a podman network, one
+//!   container per replica under its Service's name, with the probes as gates — and
+//!   re-apply another overlay the way a rollout would.
+
+pub mod contract;
+pub mod image;
+pub mod podman;
+pub mod proof;
+pub mod render;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+
+/// The repository's `k8s/` directory.
+pub fn k8s_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Every overlay a user applies, relative to `k8s/overlays`: one per stage, the same
+/// stages with the emulator under `local/`, and `production`.
+pub fn overlays() -> Vec<String> {
+    let stages: Vec<String> = loadtest::stages::builtin()
+        .map(|s| s.into_iter().map(|s| s.name).collect())
+        .unwrap_or_default();
+    let mut out = stages.clone();
+    out.extend(stages.iter().map(|s| format!("local/{s}")));
+    out.push("production".into());
+    out
+}
+
+/// Renders every overlay of `overlays_dir` (see [`overlays`]), checks each against the
+/// contract and the stage it stands for, and returns every problem, prefixed with the
+/// overlay. `each` sees every render (for a summary).
+pub fn check_overlays(
+    overlays_dir: &Path,
+    mut each: impl FnMut(&str, &render::Manifests),
+) -> Result<Vec<String>, render::RenderError> {
+    let stages = loadtest::stages::builtin().unwrap_or_default();
+    let model = loadtest::calibration::EmulatorModel::default();
+    let mut problems = Vec::new();
+    let mut present: Vec<String> = Vec::new();
+    for dir in [overlays_dir.to_path_buf(), overlays_dir.join("local")] {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.path().join("kustomization.yaml").is_file() {
+                let relative = entry
+                    .path()
+                    .strip_prefix(overlays_dir)
+                    .map(Path::to_path_buf);
+                present.extend(relative.ok().map(|r| r.display().to_string()));
+            }
+        }
+    }
+    for overlay in overlays() {
+        if !present.contains(&overlay) {
+            problems.push(format!("{overlay}: overlay missing"));
+            continue;
+        }
+        let manifests = render::render(&overlays_dir.join(&overlay))?;
+        each(&overlay, &manifests);
+        let mut found = contract::check(&manifests);
+        let stage_name = overlay.trim_start_matches("local/");
+        if let Some(stage) = stages.iter().find(|s| s.name == stage_name) {
+            found.extend(contract::check_stage(&manifests, stage, &model));
+        }
+        problems.extend(found.into_iter().map(|p| format!("{overlay}: {p}")));
+    }
+    for extra in present.iter().filter(|p| !overlays().contains(p)) {
+        problems.push(format!(
+            "{extra}: an overlay with no stage file (loadtest/stages/)"
+        ));
+    }
+    Ok(problems)
+}

@@ -1,0 +1,294 @@
+//! The manifests against the binaries, without a cluster: every overlay rendered by the
+//! real `kubectl kustomize` and checked; manifests broken on purpose are caught; and the
+//! probe paths are served by the real routers of the binaries.
+//!
+//! Without kubectl the render tests are skipped with a note, unless
+//! `DRONELAB_REQUIRE_KUBECTL=1` (CI sets it) makes a missing kubectl a failure.
+
+use std::path::Path;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use clap::Parser;
+use k8s_harness::render::{self, Manifests};
+use k8s_harness::{contract, k8s_dir};
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use service_kit::Telemetry;
+use tower::ServiceExt;
+
+fn kubectl_available() -> bool {
+    if render::kubectl().is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("DRONELAB_REQUIRE_KUBECTL").as_deref() != Ok("1"),
+        "kubectl is required (DRONELAB_REQUIRE_KUBECTL=1) but not found"
+    );
+    eprintln!("skipped: kubectl not found (set KUBECTL or install it)");
+    false
+}
+
+fn rendered(overlay: &str) -> Manifests {
+    render::render(&k8s_dir().join("overlays").join(overlay)).expect("overlay renders")
+}
+
+#[test]
+fn every_overlay_keeps_the_contract() {
+    if !kubectl_available() {
+        return;
+    }
+    let mut rendered = Vec::new();
+    let problems = k8s_harness::check_overlays(&k8s_dir().join("overlays"), |name, m| {
+        let mut workloads: Vec<String> = m.workloads().into_iter().map(|w| w.name).collect();
+        workloads.sort();
+        rendered.push((name.to_owned(), workloads));
+    })
+    .expect("overlays render");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(
+        rendered.len(),
+        9,
+        "four stages, four local stages, production"
+    );
+    let local = &rendered
+        .iter()
+        .find(|(name, _)| name == "local/1-baseline")
+        .expect("local/1-baseline")
+        .1;
+    assert_eq!(
+        local,
+        &[
+            "cosmos-emulator",
+            "delivery-service",
+            "gateway",
+            "package-service",
+            "trace-viewer",
+            "utilization-service"
+        ]
+    );
+}
+
+fn container_mut<'a>(m: &'a mut Manifests, workload: &str) -> &'a mut Container {
+    m.deployments
+        .iter_mut()
+        .find(|d| d.metadata.name.as_deref() == Some(workload))
+        .and_then(|d| d.spec.as_mut())
+        .and_then(|s| s.template.spec.as_mut())
+        .and_then(|s| s.containers.first_mut())
+        .expect("workload with a container")
+}
+
+fn set_env(container: &mut Container, name: &str, value: &str) {
+    let env = container.env.get_or_insert_with(Vec::new);
+    env.retain(|v| v.name != name);
+    env.push(EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    });
+}
+
+fn problems_after(change: impl FnOnce(&mut Manifests)) -> Vec<String> {
+    let mut manifests = rendered("local/3-parallel");
+    assert!(
+        contract::check(&manifests).is_empty(),
+        "the unchanged overlay keeps the contract"
+    );
+    change(&mut manifests);
+    contract::check(&manifests)
+}
+
+fn assert_caught(problems: &[String], expected: &str) {
+    assert!(
+        problems.iter().any(|p| p.contains(expected)),
+        "expected a problem containing {expected:?}, got {problems:#?}"
+    );
+}
+
+#[test]
+fn broken_manifests_are_caught() {
+    if !kubectl_available() {
+        return;
+    }
+    // A misspelt knob is a variable the binary never reads.
+    assert_caught(
+        &problems_after(|m| {
+            set_env(
+                container_mut(m, "utilization-service"),
+                "UTILIZATION_QUERY_PARALELISM",
+                "-1",
+            )
+        }),
+        "sets UTILIZATION_QUERY_PARALELISM, which utilization-service does not read",
+    );
+    // A value the binary's own parser refuses.
+    assert_caught(
+        &problems_after(|m| {
+            set_env(
+                container_mut(m, "utilization-service"),
+                "UTILIZATION_QUERY_PARALLELISM",
+                "fast",
+            )
+        }),
+        "its environment does not parse",
+    );
+    // The gateway sent to a port no Service serves.
+    assert_caught(
+        &problems_after(|m| {
+            set_env(
+                container_mut(m, "gateway"),
+                "DELIVERY_URL",
+                "http://delivery-service:9999",
+            )
+        }),
+        "DELIVERY_URL=http://delivery-service:9999: Service delivery-service port 9999",
+    );
+    // A URL naming the wrong backend.
+    assert_caught(
+        &problems_after(|m| {
+            set_env(
+                container_mut(m, "gateway"),
+                "PACKAGE_URL",
+                "http://delivery-service:8091",
+            )
+        }),
+        "PACKAGE_URL: Service delivery-service selects delivery-service, not package-service",
+    );
+    // A listener the pod does not declare.
+    assert_caught(
+        &problems_after(|m| set_env(container_mut(m, "gateway"), "LISTEN_ADDR", "0.0.0.0:9090")),
+        "listens on 9090, which is not a containerPort",
+    );
+    // A CPU limit on a measured service.
+    assert_caught(
+        &problems_after(|m| {
+            let resources = container_mut(m, "utilization-service")
+                .resources
+                .get_or_insert_with(Default::default);
+            resources
+                .limits
+                .get_or_insert_with(Default::default)
+                .insert("cpu".into(), Quantity("1".into()));
+        }),
+        "a CPU limit",
+    );
+    // A writable root filesystem.
+    assert_caught(
+        &problems_after(|m| {
+            if let Some(s) = container_mut(m, "gateway").security_context.as_mut() {
+                s.read_only_root_filesystem = Some(false);
+            }
+        }),
+        "readOnlyRootFilesystem is not true",
+    );
+    // A readiness probe on a path of the wrong kind.
+    assert_caught(
+        &problems_after(|m| {
+            let probe = container_mut(m, "delivery-service")
+                .readiness_probe
+                .as_mut()
+                .and_then(|p| p.http_get.as_mut())
+                .expect("readiness probe");
+            probe.path = Some("/healthz".into());
+        }),
+        "readiness probe path",
+    );
+}
+
+#[test]
+fn a_stage_overlay_that_drifts_from_its_stage_file_is_caught() {
+    if !kubectl_available() {
+        return;
+    }
+    let stages = loadtest::stages::builtin().expect("stages");
+    let model = loadtest::calibration::EmulatorModel::default();
+    let manifests = rendered("local/2-more-ru");
+    assert!(contract::check_stage(&manifests, &stages[1], &model).is_empty());
+    // The stage-3 file against the stage-2 overlay: parallelism differs.
+    let problems = contract::check_stage(&manifests, &stages[2], &model);
+    assert_caught(
+        &problems,
+        "UTILIZATION_QUERY_PARALLELISM is Some(\"0\"), stage 3-parallel says -1",
+    );
+    let mut other = model;
+    other.partition_concurrency += 1;
+    assert_caught(
+        &contract::check_stage(&manifests, &stages[1], &other),
+        "COSMOS_EMULATOR_PARTITION_CONCURRENCY",
+    );
+}
+
+/// GET `path` on `app` in process.
+async fn status(app: axum::Router, path: &str) -> StatusCode {
+    let request = Request::get(path).body(Body::empty()).expect("request");
+    app.oneshot(request).await.expect("answer").status()
+}
+
+/// The router each binary serves, built as its `main` builds it (Cosmos unreachable).
+async fn router(binary: &str) -> axum::Router {
+    const NO_COSMOS: &str = "http://127.0.0.1:9";
+    let telemetry = Telemetry::disabled();
+    match binary {
+        "gateway" => {
+            let cli = gateway::Cli::parse_from(["gateway"]);
+            gateway::build_app(gateway::AppState::new(&cli.args, telemetry).expect("gateway"))
+        }
+        "delivery-service" => {
+            let cli = delivery_service::Cli::parse_from(["x", "--cosmos-endpoint", NO_COSMOS]);
+            delivery_service::build_app(delivery_service::AppState::start(&cli.summary, telemetry))
+        }
+        "package-service" => {
+            let cli = package_service::Cli::parse_from(["x", "--cosmos-endpoint", NO_COSMOS]);
+            package_service::build_app(package_service::AppState::start(&cli.summary, telemetry))
+        }
+        "utilization-service" => {
+            let cli = utilization_service::Cli::parse_from(["x", "--cosmos-endpoint", NO_COSMOS]);
+            utilization_service::build_app(utilization_service::AppState::start(
+                &cli.args, telemetry,
+            ))
+        }
+        "cosmos-emulator" => {
+            let config = cosmos_emulator::Config::parse_from(["cosmos-emulator"]);
+            cosmos_emulator::build_app(cosmos_emulator::AppState::new(&config).expect("emulator"))
+        }
+        "trace-viewer" => trace_viewer::api::router(std::sync::Arc::new(trace_viewer::Store::new(
+            trace_viewer::Limits {
+                max_spans: 10,
+                max_bytes: 1 << 20,
+            },
+        ))),
+        other => panic!("no router for {other}"),
+    }
+}
+
+#[tokio::test]
+async fn probe_paths_are_served_by_the_binaries() {
+    for binary in contract::binaries() {
+        let readiness = status(router(binary.name).await, binary.readiness_path).await;
+        let liveness = status(router(binary.name).await, binary.liveness_path).await;
+        assert_ne!(
+            readiness,
+            StatusCode::NOT_FOUND,
+            "{} {}",
+            binary.name,
+            binary.readiness_path
+        );
+        assert_eq!(
+            liveness,
+            StatusCode::OK,
+            "{} {} is alive",
+            binary.name,
+            binary.liveness_path
+        );
+    }
+    // A backend with no Cosmos DB: alive, not ready.
+    let app = router("utilization-service").await;
+    assert_eq!(
+        status(app, "/readyz").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(Path::new(&k8s_dir())
+        .join("base/kustomization.yaml")
+        .is_file());
+}
