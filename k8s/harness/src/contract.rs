@@ -296,8 +296,11 @@ fn check_workload(workload: &Workload) -> Vec<String> {
 fn check_container(r: &Resolved) -> Vec<String> {
     let mut problems = Vec::new();
     let c = r.container;
-    if c.image.as_deref() != Some(&format!("dronelab:{VERSION}")) {
-        problems.push(format!("image {:?} is not dronelab:{VERSION}", c.image));
+    // `dronelab:<version>`, from a registry or not.
+    let image = c.image.as_deref().unwrap_or_default();
+    let tagged = format!("dronelab:{VERSION}");
+    if image != tagged && !image.ends_with(&format!("/{tagged}")) {
+        problems.push(format!("image {image:?} is not dronelab:{VERSION}"));
     }
     let security = c.security_context.clone().unwrap_or_default();
     if security.read_only_root_filesystem != Some(true) {

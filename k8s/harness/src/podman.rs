@@ -256,7 +256,8 @@ impl Lab {
             "run".into(),
             "--detach".into(),
             "--pull=never".into(),
-            format!("--name={pod_name}"),
+            // Prefixed with the lab, so two labs on one machine never collide.
+            format!("--name={}-{pod_name}", self.name),
             format!("--hostname={pod_name}"),
             format!("--network={}", self.name),
             format!("--label={LAB_LABEL}={}", self.name),
