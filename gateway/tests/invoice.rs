@@ -329,3 +329,60 @@ async fn backends_expose_health_readiness_and_cosmos_metrics() {
         200
     );
 }
+
+/// As a pod whose database comes up after it: alive at once, unready and answering 503
+/// while its container does not exist, ready and answering once it does.
+#[tokio::test]
+async fn a_backend_is_unready_until_its_cosmos_container_exists() {
+    let emulator = start_emulator(emulator_config(2)).await;
+    let args = utilization_service::UtilizationArgs {
+        cosmos: cosmos_args(&emulator),
+        query_parallelism: "0".parse().expect("parallelism"),
+        use_partition_key: false,
+    };
+    let state = utilization_service::AppState::start(&args, Telemetry::disabled());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(utilization_service::run(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let query = format!("{base}/api/dronedeliveries/utilization?ownerId=owner1&year=2026&month=1");
+
+    let (status, content_type, body, _) = get(format!("{base}/readyz")).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("utilization")),
+        "names the container: {body}"
+    );
+    assert_eq!(
+        get(format!("{base}/healthz")).await.0,
+        200,
+        "alive all along"
+    );
+    let (status, _, body, headers) = get(query.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(headers.contains_key("retry-after"));
+
+    seed(&emulator, 100_000).await;
+    let started = Instant::now();
+    while get(format!("{base}/readyz")).await.0 != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "ready once the container exists"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _, body, _) = get(query).await;
+    assert_eq!(status, 200, "{body}");
+    let (miles, hours) = expected_utilization(1, 1);
+    assert!((body["traveledMiles"].as_f64().unwrap_or(f64::NAN) - miles).abs() < 1e-6);
+    assert!((body["assignedHours"].as_f64().unwrap_or(f64::NAN) - hours).abs() < 1e-6);
+    server.abort();
+}

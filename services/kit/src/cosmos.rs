@@ -231,7 +231,7 @@ impl LazyContainer {
         let this = Arc::new(Self {
             name,
             client: std::sync::OnceLock::new(),
-            last_error: std::sync::Mutex::new("connecting".to_owned()),
+            last_error: std::sync::Mutex::new(format!("connecting to container {name}")),
             connected: tokio::sync::Notify::new(),
         });
         tokio::spawn(Self::keep_connecting(this.clone(), args));
@@ -291,7 +291,7 @@ impl LazyContainer {
         self.last_error
             .lock()
             .map(|e| e.clone())
-            .unwrap_or_else(|_| "connecting".to_owned())
+            .unwrap_or_else(|_| format!("connecting to container {}", self.name))
     }
 
     pub fn name(&self) -> &'static str {
