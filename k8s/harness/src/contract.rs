@@ -168,6 +168,8 @@ pub fn check(manifests: &Manifests) -> Vec<String> {
     let workloads = manifests.workloads();
     let mut problems = Vec::new();
     let mut resolved = Vec::new();
+    // Secrets the user creates are not in the render: stand in placeholder values.
+    let with_user_secret = with_placeholder_secret(manifests);
     for workload in &workloads {
         problems.extend(
             check_workload(workload)
@@ -187,8 +189,6 @@ pub fn check(manifests: &Manifests) -> Vec<String> {
                     container.command
                 ));
             }
-            // Secrets the user creates are not in the render: stand in empty values.
-            let with_user_secret = with_placeholder_secret(manifests);
             let env = match resolve_env(
                 &with_user_secret,
                 workload,
@@ -223,7 +223,7 @@ pub fn check(manifests: &Manifests) -> Vec<String> {
     problems
 }
 
-/// The render plus the user's Secret (keys present, values empty) when it is absent.
+/// The render plus the user's Secret (its keys with placeholder values) when it is absent.
 fn with_placeholder_secret(manifests: &Manifests) -> Manifests {
     let mut out = manifests.clone();
     if out.secret(USER_SECRET).is_none() {
@@ -642,10 +642,11 @@ pub fn check_stage(
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let workloads = manifests.workloads();
+    let with_user_secret = with_placeholder_secret(manifests);
     let value = |workload: &str, name: &str| -> Option<String> {
         let w = workloads.iter().find(|w| w.name == workload)?;
         let c = w.containers().first()?;
-        let env = resolve_env(&with_placeholder_secret(manifests), w, c, &w.pod_name(0)).ok()?;
+        let env = resolve_env(&with_user_secret, w, c, &w.pod_name(0)).ok()?;
         env.into_iter().find(|(n, _)| n == name).map(|(_, v)| v)
     };
     let config = &stage.config;
