@@ -1,4 +1,4 @@
-//! The tuning run's report: `report.json` (the schema in ARCHITECTURE.md §3),
+//! The tuning run's report: `report.json` (its schema in the loadtest README),
 //! `report.md` (the measured rows beside the study's) and `report.html` (charts drawn as
 //! inline SVG: nothing is fetched, it opens offline).
 

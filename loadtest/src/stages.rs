@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// A stage's configuration (ARCHITECTURE.md §3, mirrored by the Kubernetes overlays).
+/// A stage's configuration (mirrored by `k8s/overlays/<stage>`; a contract test checks).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageConfig {
     pub provisioned_ru_per_second: u64,

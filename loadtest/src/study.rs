@@ -1,4 +1,5 @@
-//! The study's published figures (ARCHITECTURE.md §1), set beside each measured stage.
+//! The study's published figures (Azure Architecture Center, "Performance tuning —
+//! multiple backend services"), set beside each measured stage.
 
 use serde::Serialize;
 

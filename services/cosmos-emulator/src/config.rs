@@ -1,5 +1,5 @@
 //! Command-line configuration, with environment-variable fallbacks (names shared with the
-//! rest of dronelab, see ARCHITECTURE.md §2).
+//! rest of dronelab: the configuration table of the top-level README).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
