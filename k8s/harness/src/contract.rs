@@ -26,6 +26,8 @@ use crate::workload::{referenced_names, resolve_env, Workload};
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The Secret with the Azure Cosmos DB account's endpoint and key, created by the user.
 pub const USER_SECRET: &str = "cosmos-account";
+/// The namespace every object goes into (it enforces Pod Security "restricted").
+pub const NAMESPACE: &str = "dronelab";
 /// Labels every workload and pod template carries.
 pub const REQUIRED_LABELS: [&str; 4] = [
     "app.kubernetes.io/name",
@@ -220,7 +222,52 @@ pub fn check(manifests: &Manifests) -> Vec<String> {
     }
     problems.extend(check_services(manifests, &workloads));
     problems.extend(check_disruption_budget(manifests, &workloads));
+    problems.extend(check_namespaces(manifests));
     problems
+}
+
+/// Every namespaced object is in [`NAMESPACE`]: a component that forgets it would put
+/// its objects wherever the user's context points.
+fn check_namespaces(manifests: &Manifests) -> Vec<String> {
+    let metadata = manifests
+        .deployments
+        .iter()
+        .map(|o| ("Deployment", &o.metadata))
+        .chain(
+            manifests
+                .stateful_sets
+                .iter()
+                .map(|o| ("StatefulSet", &o.metadata)),
+        )
+        .chain(manifests.services.iter().map(|o| ("Service", &o.metadata)))
+        .chain(
+            manifests
+                .config_maps
+                .iter()
+                .map(|o| ("ConfigMap", &o.metadata)),
+        )
+        .chain(manifests.secrets.iter().map(|o| ("Secret", &o.metadata)))
+        .chain(
+            manifests
+                .pod_disruption_budgets
+                .iter()
+                .map(|o| ("PodDisruptionBudget", &o.metadata)),
+        )
+        .chain(
+            manifests
+                .network_policies
+                .iter()
+                .map(|o| ("NetworkPolicy", &o.metadata)),
+        );
+    metadata
+        .filter(|(_, m)| m.namespace.as_deref() != Some(NAMESPACE))
+        .map(|(kind, m)| {
+            format!(
+                "{kind}/{} is not in the namespace {NAMESPACE}",
+                m.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 /// The render plus the user's Secret (its keys with placeholder values) when it is absent.

@@ -182,6 +182,15 @@ fn broken_manifests_are_caught() {
         }),
         "readOnlyRootFilesystem is not true",
     );
+    // An object outside the lab's namespace.
+    assert_caught(
+        &problems_after(|m| {
+            if let Some(service) = m.services.first_mut() {
+                service.metadata.namespace = None;
+            }
+        }),
+        "is not in the namespace dronelab",
+    );
     // A readiness probe on a path of the wrong kind.
     assert_caught(
         &problems_after(|m| {
