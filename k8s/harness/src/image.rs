@@ -91,7 +91,7 @@ pub async fn build(lab: &Lab, binaries_dir: &Path, tag: &str) -> Result<Built, I
         std::fs::copy(path, &copy).map_err(io("copying a binary"))?;
         strip(&copy).await;
     }
-    let dockerfile = crate::podman::repo_root().join("Dockerfile");
+    let dockerfile = crate::repo_root().join("Dockerfile");
     lab.podman([
         "build".to_owned(),
         "--quiet".into(),

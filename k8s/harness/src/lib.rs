@@ -24,6 +24,14 @@ pub fn k8s_dir() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// The project's root (`k8s/..`).
+pub fn repo_root() -> PathBuf {
+    k8s_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
 /// Every overlay a user applies, relative to `k8s/overlays`: one per stage, the same
 /// stages with the emulator under `local/`, and `production`.
 pub fn overlays() -> Vec<String> {

@@ -12,7 +12,7 @@
 //! like a Deployment rollout (see k8s/README.md for what differs from a cluster).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -525,12 +525,4 @@ fn memory_limit(container: &Container) -> Option<String> {
             .find_map(|(k8s, podman)| q.strip_suffix(k8s).map(|n| format!("{n}{podman}")))
             .unwrap_or_else(|| q.clone()),
     )
-}
-
-/// The project's root (`k8s/..`).
-pub fn repo_root() -> PathBuf {
-    crate::k8s_dir()
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
 }

@@ -55,7 +55,7 @@ pub const EXPECTED_VERDICTS: [&str; 4] = [
 pub fn release_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::podman::repo_root().join("target"))
+        .unwrap_or_else(|| crate::repo_root().join("target"))
         .join("release")
 }
 
@@ -200,7 +200,7 @@ async fn build_binaries() -> Result<(), String> {
     let mut command =
         tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command
-        .current_dir(crate::podman::repo_root())
+        .current_dir(crate::repo_root())
         .args(["build", "--release", "--locked"]);
     for binary in image::BINARIES {
         command.args(["--bin", binary]);
