@@ -55,7 +55,7 @@ pub struct SummaryComponent {
     #[arg(long)]
     listen: std::net::SocketAddr,
     #[command(flatten)]
-    args: service_kit::summary::SummaryArgs,
+    args: summary_backend::SummaryArgs,
 }
 
 #[derive(clap::Args)]
@@ -290,7 +290,7 @@ async fn run_component(component: Component) -> std::process::ExitCode {
     match component {
         Component::CosmosEmulator(config) => cosmos_emulator::main(config).await,
         Component::DeliveryService(c) => {
-            service_kit::summary::main::<delivery_service::DeliverySummary>(
+            summary_backend::main::<delivery_service::DeliverySummary>(
                 delivery_service::SERVICE_NAME,
                 c.listen,
                 c.args,
@@ -298,7 +298,7 @@ async fn run_component(component: Component) -> std::process::ExitCode {
             .await
         }
         Component::PackageService(c) => {
-            service_kit::summary::main::<package_service::PackageSummary>(
+            summary_backend::main::<package_service::PackageSummary>(
                 package_service::SERVICE_NAME,
                 c.listen,
                 c.args,

@@ -7,9 +7,9 @@ use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties};
 use azure_data_cosmos::options::CreateContainerOptions;
 use azure_data_cosmos::CosmosClient;
+use cosmos_kit::CosmosArgs;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
-use service_kit::cosmos::CosmosArgs;
 
 use crate::data::{DataSet, CONTAINERS};
 
@@ -51,7 +51,7 @@ impl SeedArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
     #[error(transparent)]
-    Connect(#[from] service_kit::cosmos::ConnectError),
+    Connect(#[from] cosmos_kit::ConnectError),
     #[error("creating {what} failed: {source}")]
     Create {
         what: String,

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties};
 use azure_data_cosmos::options::CreateContainerOptions;
+use cosmos_kit::{CosmosArgs, PUBLIC_EMULATOR_KEY};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use serde_json::json;
-use service_kit::cosmos::{CosmosArgs, PUBLIC_EMULATOR_KEY};
 pub use service_kit::Telemetry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

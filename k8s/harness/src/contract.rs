@@ -75,11 +75,7 @@ impl Binary {
             );
         }
         if self.cosmos {
-            names.extend(
-                service_kit::cosmos::SDK_ENVIRONMENT
-                    .iter()
-                    .map(|s| s.to_string()),
-            );
+            names.extend(cosmos_kit::SDK_ENVIRONMENT.iter().map(|s| s.to_string()));
         }
         names.push("RUST_LOG".to_owned());
         names

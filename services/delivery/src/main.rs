@@ -3,7 +3,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = delivery_service::Cli::parse();
-    service_kit::summary::main::<delivery_service::DeliverySummary>(
+    summary_backend::main::<delivery_service::DeliverySummary>(
         delivery_service::SERVICE_NAME,
         cli.listen,
         cli.summary,

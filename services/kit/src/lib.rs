@@ -1,15 +1,13 @@
-//! `service-kit`: what every dronelab service shares — the owner-month request type,
-//! problem+json errors, telemetry (OTLP, W3C propagation), a traced HTTP client, Cosmos
-//! access with per-attempt spans, Prometheus metrics, and the server lifecycle
-//! (standard routes and layers, graceful shutdown).
+//! `service-kit`: the plumbing every dronelab service shares, free of the Cosmos SDK — the
+//! owner-month request type, problem+json errors, telemetry (OTLP, W3C propagation), a
+//! traced HTTP client, Prometheus metrics, and the server lifecycle (standard routes and
+//! layers, graceful shutdown). Cosmos DB access is in `cosmos-kit`.
 
 pub mod client;
-pub mod cosmos;
 pub mod domain;
 pub mod metrics;
 pub mod problem;
 pub mod server;
-pub mod summary;
 pub mod telemetry;
 
 pub use domain::{Month, OwnerId, OwnerMonth, Year};

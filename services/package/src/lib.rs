@@ -2,9 +2,9 @@
 //! summary document in container `packages` (partition key `/ownerId`).
 
 use serde::{Deserialize, Serialize};
-use service_kit::summary::Summary;
+use summary_backend::Summary;
 
-pub use service_kit::summary::{build_app, run, SummaryArgs, SummaryState};
+pub use summary_backend::{build_app, run, SummaryArgs, SummaryState};
 
 pub const SERVICE_NAME: &str = "package-service";
 

@@ -3,7 +3,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = package_service::Cli::parse();
-    service_kit::summary::main::<package_service::PackageSummary>(
+    summary_backend::main::<package_service::PackageSummary>(
         package_service::SERVICE_NAME,
         cli.listen,
         cli.summary,

@@ -12,7 +12,7 @@
 //!   scoped to the owner's logical partition: one partition, one call (stage 4).
 //!
 //! Every mode returns the same sums for the same data. Every Cosmos attempt becomes a
-//! client span (see `service_kit::cosmos`) under a span per feed-range query.
+//! client span (see `cosmos_kit`) under a span per feed-range query.
 
 mod query;
 
@@ -24,10 +24,8 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
 use serde::{Deserialize, Serialize};
-use service_kit::cosmos::{
-    BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
-};
 use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
 use service_kit::{OwnerMonth, Telemetry};
 use tokio::net::TcpListener;

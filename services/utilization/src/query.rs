@@ -2,11 +2,11 @@
 
 use azure_data_cosmos::feed::FeedRange;
 use azure_data_cosmos::{FeedScope, Query};
+use cosmos_kit::{ClockAnchor, OperationCost};
 use futures::{StreamExt, TryStreamExt};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use serde::Deserialize;
-use service_kit::cosmos::{ClockAnchor, OperationCost};
 use service_kit::OwnerMonth;
 
 use crate::{AppState, QueryParallelism, Utilization, UtilizationError};

@@ -1,4 +1,5 @@
-//! Cosmos DB access shared by the backends: connection settings, the SDK client, and
+//! `cosmos-kit`: Cosmos DB access shared by the backends (the gateway does not link the
+//! SDK): connection settings, the SDK client, and
 //! turning the SDK's per-attempt diagnostics into client spans and metrics.
 //!
 //! The SDK retries 429s itself; it does not emit spans we can parent. After each
@@ -22,8 +23,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::metrics::MetricsRegistry;
-use crate::telemetry::Telemetry;
+use service_kit::metrics::MetricsRegistry;
+use service_kit::Telemetry;
 
 /// The public key of the Cosmos DB emulator (also dronelab's emulator default).
 pub const PUBLIC_EMULATOR_KEY: &str =
@@ -106,7 +107,7 @@ pub struct CosmosArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{}", .0.title)]
-    BadRequest(crate::Problem),
+    BadRequest(service_kit::Problem),
     #[error("Cosmos DB is throttling requests (429) beyond the retry budget")]
     Throttled,
     #[error("Cosmos DB request failed: {0}")]
@@ -120,18 +121,19 @@ impl axum::response::IntoResponse for BackendError {
         use axum::http::StatusCode;
         match self {
             BackendError::BadRequest(problem) => problem.into_response(),
-            BackendError::Throttled => {
-                crate::Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Cosmos DB is throttling")
-                    .with_detail(self.to_string())
-                    .with_retry_after(1)
-                    .into_response()
-            }
+            BackendError::Throttled => service_kit::Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Cosmos DB is throttling",
+            )
+            .with_detail(self.to_string())
+            .with_retry_after(1)
+            .into_response(),
             BackendError::Cosmos(_) => {
-                crate::Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
+                service_kit::Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
                     .with_detail(self.to_string())
                     .into_response()
             }
-            BackendError::NotConnected(_) => crate::Problem::new(
+            BackendError::NotConnected(_) => service_kit::Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Not connected to Cosmos DB",
             )

@@ -1,6 +1,6 @@
-//! A backend that answers with an owner's monthly summary document: one point read by
-//! id and partition key (`/ownerId`). The delivery and package services are this, with
-//! their own container and response shape.
+//! `summary-backend`: a backend that answers with an owner's monthly summary document —
+//! one point read by id and partition key (`/ownerId`). The delivery and package
+//! services are this, with their own container and response shape.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,11 +15,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::cosmos::{
+use cosmos_kit::{
     BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
 };
-use crate::server::{self, Instrumentation, Limits, RequestContext};
-use crate::{OwnerMonth, Telemetry};
+use service_kit::server::{self, Instrumentation, Limits, RequestContext};
+use service_kit::{OwnerMonth, Telemetry};
 
 /// What distinguishes one summary backend from another.
 pub trait Summary: DeserializeOwned + Serialize + Default + Send + Sync + 'static {
@@ -144,7 +144,7 @@ pub async fn main<S: Summary>(
     listen: SocketAddr,
     args: SummaryArgs,
 ) -> std::process::ExitCode {
-    crate::server::run_service(service_name, listen, |telemetry| async move {
+    server::run_service(service_name, listen, |telemetry| async move {
         Ok(build_app(SummaryState::<S>::start(&args, telemetry)))
     })
     .await
