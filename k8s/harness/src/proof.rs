@@ -118,7 +118,7 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     step("readiness before the data exists: alive, not ready");
     let probe = Probe::new(utilization.clone());
     probe
-        .expect(503, 200, Duration::from_secs(10))
+        .wait_for(503, 200, Duration::from_secs(10))
         .await
         .map_err(|e| format!("utilization-service with no containers in Cosmos: {e}"))?;
     eprintln!("utilization-service: /readyz 503, /healthz 200");
@@ -156,7 +156,7 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
         .await
         .map_err(podman)?;
     probe
-        .expect(503, 200, Duration::from_secs(20))
+        .wait_for(503, 200, Duration::from_secs(20))
         .await
         .map_err(|e| format!("with the emulator stopped: {e}"))?;
     eprintln!("utilization-service: /readyz 503, /healthz 200");
@@ -416,7 +416,7 @@ impl Probe {
     }
 
     /// Waits until `/readyz` answers `ready` and `/healthz` answers `healthy`.
-    async fn expect(&self, ready: u16, healthy: u16, within: Duration) -> Result<(), String> {
+    async fn wait_for(&self, ready: u16, healthy: u16, within: Duration) -> Result<(), String> {
         let started = Instant::now();
         loop {
             let seen = (self.status("readyz").await, self.status("healthz").await);

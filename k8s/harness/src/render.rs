@@ -161,7 +161,7 @@ impl Manifests {
             .find(|s| s.metadata.name.as_deref() == Some(name))
     }
 
-    /// Objects by kind, for a summary line.
+    /// How many objects the render holds.
     pub fn count(&self) -> usize {
         self.deployments.len()
             + self.stateful_sets.len()

@@ -24,7 +24,7 @@ pub struct Workload {
     pub selector: BTreeMap<String, String>,
     pub replicas: i32,
     pub template: PodTemplateSpec,
-    /// StatefulSet volume claim templates: `(claim name, requested storage)`.
+    /// The names of a StatefulSet's volume claim templates.
     pub volume_claims: Vec<String>,
 }
 
