@@ -511,3 +511,46 @@ impl CosmosTelemetry {
             .observe(f64::from(cost.attempts));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::response::IntoResponse;
+
+    #[test]
+    fn errors_answer_as_the_caller_needs() {
+        let throttled = BackendError::Throttled.into_response();
+        assert_eq!(throttled.status(), 503);
+        assert!(throttled.headers().contains_key("retry-after"));
+        let waiting = BackendError::NotConnected("connecting".into()).into_response();
+        assert_eq!(waiting.status(), 503);
+        assert!(waiting.headers().contains_key("retry-after"));
+        assert_eq!(
+            BackendError::Cosmos("boom".into()).into_response().status(),
+            502
+        );
+    }
+
+    #[test]
+    fn the_key_never_shows() {
+        let key: SecretString = " s3cret ".parse().expect("a key");
+        assert_eq!(key.expose(), "s3cret");
+        assert_eq!(format!("{key:?}"), "<redacted>");
+        assert!(" ".parse::<SecretString>().is_err());
+    }
+
+    #[test]
+    fn attempt_instants_map_onto_wall_clock_time() {
+        let anchor = ClockAnchor::now();
+        let later = anchor.instant + Duration::from_millis(250);
+        let earlier = anchor.instant - Duration::from_millis(100);
+        assert_eq!(
+            anchor.to_system(later),
+            anchor.system + Duration::from_millis(250)
+        );
+        assert_eq!(
+            anchor.to_system(earlier),
+            anchor.system - Duration::from_millis(100)
+        );
+    }
+}
