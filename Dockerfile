@@ -7,11 +7,6 @@
 # Base images are build arguments, so a mirror or a base made locally can stand in.
 ARG RUST_IMAGE=docker.io/library/rust:1.89-slim-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
-# Where the binaries come from: `compile` (cargo in the Rust image, the default) or
-# `prebuilt` (a build context holding bin/<binary>, built elsewhere with the same
-# `cargo build --release --locked`; dronelab's podman test uses it on machines that
-# cannot pull the Rust image).
-ARG BINARIES=compile
 
 FROM ${RUST_IMAGE} AS compile
 WORKDIR /src
@@ -28,17 +23,21 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cp gateway delivery-service package-service utilization-service \
        cosmos-emulator trace-viewer loadtest /out/
 
-FROM scratch AS prebuilt
-COPY bin/ /out/
-
-FROM ${BINARIES} AS binaries
-
 # Distroless `cc`: glibc, libgcc, CA certificates and a non-root user; no shell.
-FROM ${RUNTIME_IMAGE}
-COPY --from=binaries /out/ /usr/local/bin/
+FROM ${RUNTIME_IMAGE} AS runtime
 USER 65532:65532
 EXPOSE 8080 8081 8091 8092 8093 16686 4317 4318
 CMD ["gateway"]
 LABEL org.opencontainers.image.title="dronelab" \
       org.opencontainers.image.description="Performance tuning lab for a gateway that aggregates several backends" \
       org.opencontainers.image.licenses="MIT"
+
+# `--target prebuilt`: the same runtime with binaries built elsewhere by the same
+# `cargo build --release --locked`, from a build context holding bin/<binary>.
+# dronelab's podman test builds this on machines that cannot pull the Rust image.
+FROM runtime AS prebuilt
+COPY bin/ /usr/local/bin/
+
+# The default: the binaries compiled above.
+FROM runtime
+COPY --from=compile /out/ /usr/local/bin/

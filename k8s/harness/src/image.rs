@@ -1,8 +1,8 @@
 //! The dronelab image built where no base image can be pulled: the same `Dockerfile`
-//! users build, with its two build arguments pointed at local stand-ins — binaries
-//! compiled on this host (`BINARIES=prebuilt`) and a runtime base made from scratch with
-//! exactly what the binaries load (`RUNTIME_IMAGE`): their shared libraries and loader,
-//! CA certificates, and the non-root user 65532, as distroless `cc` has them.
+//! users build, with two local stand-ins — binaries compiled on this host (its `prebuilt`
+//! target) and, as `RUNTIME_IMAGE`, a runtime base made from scratch with exactly what the
+//! binaries load: their shared libraries and loader, CA certificates, and the non-root
+//! user 65532, as distroless `cc` has them.
 
 use std::path::{Path, PathBuf};
 
@@ -97,8 +97,8 @@ pub async fn build(lab: &Lab, binaries_dir: &Path, tag: &str) -> Result<Built, I
         "--quiet".into(),
         "--file".into(),
         dockerfile.display().to_string(),
-        "--build-arg".into(),
-        "BINARIES=prebuilt".into(),
+        "--target".into(),
+        "prebuilt".into(),
         "--build-arg".into(),
         format!("RUNTIME_IMAGE={base}"),
         "--tag".into(),

@@ -33,7 +33,6 @@ pub async fn main(config: Config) -> std::process::ExitCode {
         "cosmos-emulator listening"
     );
     // The one line on stdout: scripts and the local stack read the address from it.
-    // The one line on stdout: scripts and the local stack read the address from it.
     println!("cosmos-emulator listening on http://{address}/");
     if let Err(e) = run(listener, state, lifecycle::shutdown_signal()).await {
         eprintln!("cosmos-emulator: server error: {e}");
