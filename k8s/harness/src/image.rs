@@ -20,6 +20,10 @@ pub const BINARIES: [&str; 7] = [
 ];
 
 const CA_CERTIFICATES: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The `Dockerfile`'s title label, on every dronelab image.
+const IMAGE_LABEL: &str = "org.opencontainers.image.title=dronelab";
+/// The label of the runtime base made here.
+const BASE_LABEL: &str = "org.opencontainers.image.title=dronelab-runtime-base";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -69,7 +73,7 @@ pub async fn build(lab: &Lab, binaries_dir: &Path, tag: &str) -> Result<Built, I
     std::fs::write(etc.join("group"), "root:x:0:\nnonroot:x:65532:\n").map_err(io("group"))?;
     std::fs::write(
         base_context.join("Containerfile"),
-        "FROM scratch\nCOPY rootfs/ /\n",
+        format!("FROM scratch\nCOPY rootfs/ /\nLABEL {BASE_LABEL}\n"),
     )
     .map_err(io("Containerfile"))?;
     lab.podman([
@@ -106,6 +110,18 @@ pub async fn build(lab: &Lab, binaries_dir: &Path, tag: &str) -> Result<Built, I
         context.display().to_string(),
     ])
     .await?;
+    // Each build leaves the previous images untagged: remove those of ours, so repeated
+    // proofs on one machine do not fill its disk.
+    for label in [IMAGE_LABEL, BASE_LABEL] {
+        lab.podman([
+            "image",
+            "prune",
+            "--force",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .await?;
+    }
     Ok(Built {
         base_bytes: size(lab, &base).await,
         image_bytes: size(lab, &image).await,
