@@ -307,6 +307,15 @@ impl LazyContainer {
             .ok_or_else(|| BackendError::NotConnected(self.last_error()))
     }
 
+    /// The service's readiness check (`/readyz`): [`Self::check_ready`].
+    pub fn readiness(self: &Arc<Self>) -> service_kit::ReadinessCheck {
+        let container = self.clone();
+        Arc::new(move || {
+            let container = container.clone();
+            Box::pin(async move { container.check_ready().await })
+        })
+    }
+
     /// Readiness: connected, and the container still answers.
     pub async fn check_ready(&self) -> Result<(), String> {
         let container = self.get().map_err(|e| e.to_string())?;

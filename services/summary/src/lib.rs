@@ -72,13 +72,7 @@ impl<S: Summary> SummaryState<S> {
 }
 
 pub fn build_app<S: Summary>(state: Arc<SummaryState<S>>) -> Router {
-    let readiness: server::ReadinessCheck = {
-        let container = state.container.clone();
-        Arc::new(move || {
-            let container = container.clone();
-            Box::pin(async move { container.check_ready().await })
-        })
-    };
+    let readiness = state.container.readiness();
     let instrumentation = state.instrumentation.clone();
     let app = Router::new()
         .route(S::ROUTE, get(summary::<S>))

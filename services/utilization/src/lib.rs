@@ -26,7 +26,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
 use serde::{Deserialize, Serialize};
-use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
+use service_kit::server::{self, Instrumentation, Limits, RequestContext};
 use service_kit::{OwnerMonth, Telemetry};
 use tokio::net::TcpListener;
 
@@ -166,13 +166,7 @@ fn container_name(args: &UtilizationArgs) -> &'static str {
 }
 
 pub fn build_app(state: Arc<AppState>) -> Router {
-    let readiness: ReadinessCheck = {
-        let container = state.container.clone();
-        Arc::new(move || {
-            let container = container.clone();
-            Box::pin(async move { container.check_ready().await })
-        })
-    };
+    let readiness = state.container.readiness();
     let instrumentation = state.instrumentation.clone();
     let app = Router::new()
         .route("/api/dronedeliveries/utilization", get(utilization))
