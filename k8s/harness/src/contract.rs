@@ -686,11 +686,21 @@ pub fn check_stage(
     let mut problems = Vec::new();
     let workloads = manifests.workloads();
     let with_user_secret = with_placeholder_secret(manifests);
+    // Each workload's first container's environment, resolved once.
+    let environments: BTreeMap<&str, Vec<(String, String)>> = workloads
+        .iter()
+        .filter_map(|w| {
+            let c = w.containers().first()?;
+            let env = resolve_env(&with_user_secret, w, c, &w.pod_name(0)).ok()?;
+            Some((w.name.as_str(), env))
+        })
+        .collect();
     let value = |workload: &str, name: &str| -> Option<String> {
-        let w = workloads.iter().find(|w| w.name == workload)?;
-        let c = w.containers().first()?;
-        let env = resolve_env(&with_user_secret, w, c, &w.pod_name(0)).ok()?;
-        env.into_iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        environments
+            .get(workload)?
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     };
     let config = &stage.config;
     let want = [

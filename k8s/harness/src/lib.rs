@@ -35,11 +35,12 @@ pub fn repo_root() -> PathBuf {
 /// Every overlay a user applies, relative to `k8s/overlays`: one per stage, the same
 /// stages with the emulator under `local/`, and `production`.
 pub fn overlays() -> Vec<String> {
-    let stages: Vec<String> = loadtest::stages::builtin()
-        .map(|s| s.into_iter().map(|s| s.name).collect())
-        .unwrap_or_default();
-    let mut out = stages.clone();
-    out.extend(stages.iter().map(|s| format!("local/{s}")));
+    overlays_of(&loadtest::stages::builtin().unwrap_or_default())
+}
+
+fn overlays_of(stages: &[loadtest::stages::Stage]) -> Vec<String> {
+    let mut out: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
+    out.extend(stages.iter().map(|s| format!("local/{}", s.name)));
     out.push("production".into());
     out
 }
@@ -66,13 +67,14 @@ pub fn check_overlays(
             }
         }
     }
-    for overlay in overlays() {
-        if !present.contains(&overlay) {
+    let expected = overlays_of(&stages);
+    for overlay in &expected {
+        if !present.contains(overlay) {
             problems.push(format!("{overlay}: overlay missing"));
             continue;
         }
-        let manifests = render::render(&overlays_dir.join(&overlay))?;
-        each(&overlay, &manifests);
+        let manifests = render::render(&overlays_dir.join(overlay))?;
+        each(overlay, &manifests);
         let mut found = contract::check(&manifests);
         let stage_name = overlay.trim_start_matches("local/");
         if let Some(stage) = stages.iter().find(|s| s.name == stage_name) {
@@ -80,7 +82,7 @@ pub fn check_overlays(
         }
         problems.extend(found.into_iter().map(|p| format!("{overlay}: {p}")));
     }
-    for extra in present.iter().filter(|p| !overlays().contains(p)) {
+    for extra in present.iter().filter(|p| !expected.contains(p)) {
         problems.push(format!(
             "{extra}: an overlay with no stage file (loadtest/stages/)"
         ));

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sha2::{Digest, Sha256};
 
 use crate::render::Manifests;
@@ -36,34 +37,31 @@ impl Manifests {
     pub fn workloads(&self) -> Vec<Workload> {
         let deployments = self.deployments.iter().filter_map(|d| {
             let spec = d.spec.as_ref()?;
-            Some(Workload {
-                kind: WorkloadKind::Deployment,
-                name: d.metadata.name.clone()?,
-                namespace: namespace(d.metadata.namespace.as_ref()),
-                labels: d.metadata.labels.clone().unwrap_or_default(),
-                selector: spec.selector.match_labels.clone().unwrap_or_default(),
-                replicas: spec.replicas.unwrap_or(1),
-                template: spec.template.clone(),
-                volume_claims: Vec::new(),
-            })
+            Workload::new(
+                WorkloadKind::Deployment,
+                &d.metadata,
+                &spec.selector,
+                spec.replicas,
+                &spec.template,
+                Vec::new(),
+            )
         });
         let stateful_sets = self.stateful_sets.iter().filter_map(|s| {
             let spec = s.spec.as_ref()?;
-            Some(Workload {
-                kind: WorkloadKind::StatefulSet,
-                name: s.metadata.name.clone()?,
-                namespace: namespace(s.metadata.namespace.as_ref()),
-                labels: s.metadata.labels.clone().unwrap_or_default(),
-                selector: spec.selector.match_labels.clone().unwrap_or_default(),
-                replicas: spec.replicas.unwrap_or(1),
-                template: spec.template.clone(),
-                volume_claims: spec
-                    .volume_claim_templates
-                    .iter()
-                    .flatten()
-                    .filter_map(|c| c.metadata.name.clone())
-                    .collect(),
-            })
+            let claims = spec
+                .volume_claim_templates
+                .iter()
+                .flatten()
+                .filter_map(|c| c.metadata.name.clone())
+                .collect();
+            Workload::new(
+                WorkloadKind::StatefulSet,
+                &s.metadata,
+                &spec.selector,
+                spec.replicas,
+                &spec.template,
+                claims,
+            )
         });
         deployments.chain(stateful_sets).collect()
     }
@@ -74,6 +72,26 @@ fn namespace(ns: Option<&String>) -> String {
 }
 
 impl Workload {
+    fn new(
+        kind: WorkloadKind,
+        metadata: &ObjectMeta,
+        selector: &LabelSelector,
+        replicas: Option<i32>,
+        template: &PodTemplateSpec,
+        volume_claims: Vec<String>,
+    ) -> Option<Self> {
+        Some(Self {
+            kind,
+            name: metadata.name.clone()?,
+            namespace: namespace(metadata.namespace.as_ref()),
+            labels: metadata.labels.clone().unwrap_or_default(),
+            selector: selector.match_labels.clone().unwrap_or_default(),
+            replicas: replicas.unwrap_or(1),
+            template: template.clone(),
+            volume_claims,
+        })
+    }
+
     pub fn pod_spec(&self) -> Option<&PodSpec> {
         self.template.spec.as_ref()
     }
