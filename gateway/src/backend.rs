@@ -5,17 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dronelab_contract::{Section, SectionError};
 use opentelemetry::Context;
 use rand::Rng;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
 use service_kit::client::{CallOutcome, TracedClient};
 use tower::retry::budget::{Budget, TpsBudget};
 
 /// A backend the gateway aggregates.
 #[derive(Debug, Clone)]
 pub struct Backend {
-    /// Name used in `errors[].backend` and span names.
-    pub name: &'static str,
+    /// The invoice section it fills; its name is in `errors[].backend` and span names.
+    pub section: Section,
     pub url: url::Url,
 }
 
@@ -27,36 +28,32 @@ pub struct CallPolicy {
     pub backoff_base: Duration,
 }
 
-/// Why a backend's section is missing from the invoice.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BackendError {
-    pub backend: &'static str,
-    /// The backend's HTTP status, or `null` when no response came back.
-    pub status: Option<u16>,
-    pub detail: String,
-}
-
 /// Retries allowed: 20% of recent calls (over 10 s), and at least 5 per second.
 pub fn retry_budget() -> Arc<TpsBudget> {
     Arc::new(TpsBudget::new(Duration::from_secs(10), 5, 0.2))
 }
 
-/// Calls `backend` with the owner-month query; returns its JSON body or why not.
-pub async fn call(
+/// Calls `backend` with the owner-month query; returns its answer or why not.
+pub async fn call<T: DeserializeOwned>(
     client: &TracedClient,
     budget: &TpsBudget,
     policy: CallPolicy,
     cx: &Context,
     backend: &Backend,
     query: &str,
-) -> Result<serde_json::Value, BackendError> {
+) -> Result<T, SectionError> {
     let mut url = backend.url.clone();
     url.set_query(Some(query));
     budget.deposit();
     let mut attempt = 0;
     loop {
         let outcome = client
-            .get(cx, &format!("GET {}", backend.name), &url, policy.timeout)
+            .get(
+                cx,
+                &format!("GET {}", backend.section.name()),
+                &url,
+                policy.timeout,
+            )
             .await;
         let retryable = matches!(
             outcome,
@@ -67,7 +64,7 @@ pub async fn call(
             tokio::time::sleep(backoff(policy.backoff_base, attempt)).await;
             continue;
         }
-        return interpret(backend.name, outcome, policy.timeout);
+        return interpret(backend.section, outcome, policy.timeout);
     }
 }
 
@@ -77,20 +74,24 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
     ceiling.mul_f64(rand::rng().random_range(0.0..=1.0))
 }
 
-fn interpret(
-    backend: &'static str,
+fn interpret<T: DeserializeOwned>(
+    backend: Section,
     outcome: CallOutcome,
     timeout: Duration,
-) -> Result<serde_json::Value, BackendError> {
-    let error = |status, detail: String| BackendError {
+) -> Result<T, SectionError> {
+    let error = |status, detail: String| SectionError {
         backend,
         status,
         detail,
     };
     match outcome {
         CallOutcome::Response { status, body } if (200..300).contains(&status) => {
-            serde_json::from_slice(&body)
-                .map_err(|e| error(Some(status), format!("invalid JSON from the backend: {e}")))
+            serde_json::from_slice(&body).map_err(|e| {
+                error(
+                    Some(status),
+                    format!("unexpected answer from the backend: {e}"),
+                )
+            })
         }
         CallOutcome::Response { status, body } => {
             // Backends answer problem+json; pass its title/detail through when present.

@@ -21,19 +21,19 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use dronelab_contract::{routes, Invoice, OwnerMonth, Section, SectionError, Service};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::KeyValue;
-use serde::Serialize;
 use service_kit::client::TracedClient;
 use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
-use service_kit::{OwnerMonth, Problem, Telemetry};
+use service_kit::{Problem, Telemetry};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::retry::budget::TpsBudget;
 
-pub use backend::{Backend, BackendError, CallPolicy};
+pub use backend::{Backend, CallPolicy};
 
-pub const SERVICE_NAME: &str = "gateway";
+pub const SERVICE_NAME: &str = Service::Gateway.name();
 /// The longest an invoice request may take (graceful shutdown drains no longer).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -47,13 +47,13 @@ fn positive_ms(s: &str) -> Result<u64, String> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GatewayArgs {
     /// Base URL of delivery-service.
-    #[arg(long, env = "DELIVERY_URL", default_value = "http://127.0.0.1:8091")]
+    #[arg(long, env = "DELIVERY_URL", default_value_t = Service::Delivery.default_url())]
     pub delivery_url: url::Url,
     /// Base URL of package-service.
-    #[arg(long, env = "PACKAGE_URL", default_value = "http://127.0.0.1:8092")]
+    #[arg(long, env = "PACKAGE_URL", default_value_t = Service::Package.default_url())]
     pub package_url: url::Url,
     /// Base URL of utilization-service.
-    #[arg(long, env = "UTILIZATION_URL", default_value = "http://127.0.0.1:8093")]
+    #[arg(long, env = "UTILIZATION_URL", default_value_t = Service::Utilization.default_url())]
     pub utilization_url: url::Url,
     /// Per-backend call timeout in ms; a slower backend's section is left `null`.
     #[arg(long, env = "GATEWAY_BACKEND_TIMEOUT_MS", default_value = "10000", value_parser = positive_ms)]
@@ -98,16 +98,16 @@ impl AppState {
                 backoff_base: Duration::from_millis(25),
             },
             delivery: Backend {
-                name: "deliveries",
-                url: endpoint(&args.delivery_url, "/api/deliveries/summary"),
+                section: Section::Deliveries,
+                url: endpoint(&args.delivery_url, routes::DELIVERY_SUMMARY),
             },
             package: Backend {
-                name: "packages",
-                url: endpoint(&args.package_url, "/api/packages/summary"),
+                section: Section::Packages,
+                url: endpoint(&args.package_url, routes::PACKAGE_SUMMARY),
             },
             utilization: Backend {
-                name: "utilization",
-                url: endpoint(&args.utilization_url, "/api/dronedeliveries/utilization"),
+                section: Section::Utilization,
+                url: endpoint(&args.utilization_url, routes::UTILIZATION),
             },
             in_flight: Arc::new(Semaphore::new(concurrency)),
             instrumentation: Instrumentation::new(telemetry),
@@ -115,29 +115,15 @@ impl AppState {
     }
 }
 
-/// The invoice: each section is the backend's answer, or `null` if it failed.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Invoice {
-    pub owner_id: String,
-    pub year: u16,
-    pub month: u8,
-    pub deliveries: Option<serde_json::Value>,
-    pub packages: Option<serde_json::Value>,
-    pub utilization: Option<serde_json::Value>,
-    pub partial: bool,
-    pub errors: Vec<BackendError>,
-}
-
 pub fn build_app(state: Arc<AppState>) -> Router {
     // The gateway is ready when it can serve; backends failing give partial answers.
     let readiness: ReadinessCheck = Arc::new(|| Box::pin(async { Ok(()) }));
     let instrumentation = state.instrumentation.clone();
     let api = Router::new()
-        .route("/api/invoices", get(invoice))
+        .route(routes::INVOICES, get(invoice))
         .route_layer(middleware::from_fn_with_state(state.clone(), shed_load))
         .with_state(state)
-        .route("/openapi.json", get(|| async { Json(openapi::document()) }));
+        .route(routes::OPENAPI, get(openapi::serve));
     server::standard(
         api,
         instrumentation,
@@ -167,30 +153,18 @@ async fn invoice(
 ) -> Result<Json<Invoice>, Problem> {
     let request = OwnerMonth::from_query(raw.as_deref())?;
     let query = request.to_query();
-    let call = |backend| {
-        backend::call(
-            &state.client,
-            &state.budget,
-            state.policy,
-            &cx,
-            backend,
-            &query,
-        )
-    };
+    let (client, budget, policy) = (&state.client, &state.budget, state.policy);
     let (deliveries, packages, utilization) = tokio::join!(
-        call(&state.delivery),
-        call(&state.package),
-        call(&state.utilization)
+        backend::call(client, budget, policy, &cx, &state.delivery, &query),
+        backend::call(client, budget, policy, &cx, &state.package, &query),
+        backend::call(client, budget, policy, &cx, &state.utilization, &query)
     );
     let mut errors = Vec::new();
-    let mut keep = |result: Result<serde_json::Value, BackendError>| match result {
-        Ok(value) => Some(value),
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
-    let (deliveries, packages, utilization) = (keep(deliveries), keep(packages), keep(utilization));
+    let (deliveries, packages, utilization) = (
+        keep_section(deliveries, &mut errors),
+        keep_section(packages, &mut errors),
+        keep_section(utilization, &mut errors),
+    );
     let partial = !errors.is_empty();
     if partial {
         cx.span()
@@ -206,6 +180,11 @@ async fn invoice(
         partial,
         errors,
     }))
+}
+
+/// The section's answer, or `None` with its error recorded.
+fn keep_section<T>(result: Result<T, SectionError>, errors: &mut Vec<SectionError>) -> Option<T> {
+    result.map_err(|e| errors.push(e)).ok()
 }
 
 pub async fn run(
@@ -227,10 +206,10 @@ pub async fn main(listen: SocketAddr, args: GatewayArgs) -> std::process::ExitCo
 // The binary's command line, here so the Kubernetes contract test can read its env names.
 /// The drone-delivery gateway: GET /api/invoices aggregates three backends in parallel.
 #[derive(clap::Parser)]
-#[command(name = "gateway", version, about)]
+#[command(name = Service::Gateway.name(), version, about)]
 pub struct Cli {
     /// Address to listen on.
-    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::Gateway.default_listen())]
     pub listen: std::net::SocketAddr,
     #[command(flatten)]
     pub args: crate::GatewayArgs,

@@ -1,11 +1,19 @@
-//! The OpenAPI 3 description served at `/openapi.json`.
+//! The OpenAPI 3 description served at `/openapi.json`. The paths are written here; the
+//! schemas are generated from the contract's types (`dronelab_contract::invoice`).
 
+use axum::Json;
+use dronelab_contract::{request::PARAMETERS, routes};
 use serde_json::{json, Value};
 
+pub async fn serve() -> Json<Value> {
+    Json(document())
+}
+
 pub fn document() -> Value {
+    let [owner, year, month] = PARAMETERS;
     let param = |name: &str, schema: Value, description: &str| json!({"name": name, "in": "query", "required": true, "schema": schema, "description": description});
-    let nullable_object =
-        |properties: Value| json!({"type": "object", "nullable": true, "properties": properties});
+    let mut schemas = dronelab_contract::invoice::schemas();
+    schemas.insert("Problem".into(), problem_schema());
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -14,14 +22,14 @@ pub fn document() -> Value {
             "description": "Aggregates an owner's monthly deliveries, packages and drone utilization from three backends called in parallel. A failing backend leaves its section null, sets partial=true and is listed in errors; the answer is still 200."
         },
         "paths": {
-            "/api/invoices": {
+            routes::INVOICES: {
                 "get": {
                     "operationId": "getInvoice",
                     "summary": "An owner's monthly invoice",
                     "parameters": [
-                        param("ownerId", json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}), "Drone-delivery owner id"),
-                        param("year", json!({"type": "integer", "minimum": 2000, "maximum": 2100}), "Year"),
-                        param("month", json!({"type": "integer", "minimum": 1, "maximum": 12}), "Month")
+                        param(owner, json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}), "Drone-delivery owner id"),
+                        param(year, json!({"type": "integer", "minimum": 2000, "maximum": 2100}), "Year"),
+                        param(month, json!({"type": "integer", "minimum": 1, "maximum": 12}), "Month")
                     ],
                     "responses": {
                         "200": {
@@ -38,41 +46,20 @@ pub fn document() -> Value {
                 }
             }
         },
-        "components": {
-            "schemas": {
-                "Invoice": {
-                    "type": "object",
-                    "required": ["ownerId", "year", "month", "deliveries", "packages", "utilization", "partial", "errors"],
-                    "properties": {
-                        "ownerId": {"type": "string"},
-                        "year": {"type": "integer"},
-                        "month": {"type": "integer"},
-                        "deliveries": nullable_object(json!({"count": {"type": "integer"}})),
-                        "packages": nullable_object(json!({"count": {"type": "integer"}, "totalWeightKg": {"type": "number"}})),
-                        "utilization": nullable_object(json!({"traveledMiles": {"type": "number"}, "assignedHours": {"type": "number"}})),
-                        "partial": {"type": "boolean"},
-                        "errors": {"type": "array", "items": {"$ref": "#/components/schemas/BackendError"}}
-                    }
-                },
-                "BackendError": {
-                    "type": "object",
-                    "properties": {
-                        "backend": {"type": "string", "enum": ["deliveries", "packages", "utilization"]},
-                        "status": {"type": "integer", "nullable": true},
-                        "detail": {"type": "string"}
-                    }
-                },
-                "Problem": {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string"},
-                        "title": {"type": "string"},
-                        "status": {"type": "integer"},
-                        "detail": {"type": "string"},
-                        "invalidParams": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "reason": {"type": "string"}}}}
-                    }
-                }
-            }
+        "components": {"schemas": schemas}
+    })
+}
+
+/// RFC 9457 problem details as service-kit writes them.
+fn problem_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "invalidParams": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}, "reason": {"type": "string"}}}}
         }
     })
 }

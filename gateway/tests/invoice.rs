@@ -199,7 +199,7 @@ async fn the_fan_out_follows_the_slowest_backend_not_the_sum() {
 
 #[tokio::test]
 async fn overload_is_shed_fast_with_503_and_the_gateway_recovers() {
-    let slow = delayed_backend(Duration::from_millis(600), json!({"count": 1})).await;
+    let slow = delayed_backend(Duration::from_millis(600), every_section()).await;
     let mut args = gateway_args(slow.url(), slow.url(), slow.url());
     args.max_concurrency = 2;
     let gateway = start_gateway(args, Telemetry::disabled()).await;

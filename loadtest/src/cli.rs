@@ -8,8 +8,9 @@ use clap::{Parser, Subcommand};
 use crate::calibration::EmulatorModel;
 use crate::load::{self, Profile, Target};
 use crate::seed::SeedArgs;
-use crate::stack::{QueryKnobs, Stack};
+use crate::stack::Stack;
 use crate::tune::TuneArgs;
+use dronelab_contract::{QueryKnobs, QueryParallelism, Service};
 
 #[derive(Parser)]
 #[command(
@@ -84,10 +85,10 @@ pub enum ProfileKind {
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// Gateway base URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080/")]
+    #[arg(long, default_value_t = Service::Gateway.default_url())]
     pub target: url::Url,
     /// Path to request, with `?ownerId&year&month` added (a backend's route works too).
-    #[arg(long, default_value = crate::tune::INVOICES)]
+    #[arg(long, default_value = dronelab_contract::routes::INVOICES)]
     pub path: String,
     #[arg(long, value_enum, default_value = "step")]
     pub profile: ProfileKind,
@@ -162,8 +163,8 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 9)]
     pub partitions: u16,
     /// Utilization query parallelism (0, -1 or N).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-    pub query_parallelism: i64,
+    #[arg(long, default_value = "0", allow_negative_numbers = true)]
+    pub query_parallelism: QueryParallelism,
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub use_partition_key: bool,
     /// Directory for the components' logs.
@@ -270,7 +271,7 @@ async fn up(args: UpArgs) -> Result<(), String> {
     for c in stack.components() {
         println!("  {:20} {}", c.name, c.url);
     }
-    if let Some(gateway) = stack.url("gateway") {
+    if let Some(gateway) = stack.url(Service::Gateway.name()) {
         println!(
             "try: curl '{}api/invoices?ownerId={}&year=2026&month=12'",
             gateway,
@@ -290,7 +291,7 @@ async fn run_component(component: Component) -> std::process::ExitCode {
     match component {
         Component::CosmosEmulator(config) => cosmos_emulator::main(config).await,
         Component::DeliveryService(c) => {
-            summary_backend::main::<delivery_service::DeliverySummary>(
+            summary_backend::main::<delivery_service::Deliveries>(
                 delivery_service::SERVICE_NAME,
                 c.listen,
                 c.args,
@@ -298,7 +299,7 @@ async fn run_component(component: Component) -> std::process::ExitCode {
             .await
         }
         Component::PackageService(c) => {
-            summary_backend::main::<package_service::PackageSummary>(
+            summary_backend::main::<package_service::Packages>(
                 package_service::SERVICE_NAME,
                 c.listen,
                 c.args,

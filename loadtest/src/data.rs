@@ -3,15 +3,9 @@
 //! summary. The same seed always yields the same documents, so seeding is idempotent
 //! (upserts) and expected values can be recomputed anywhere.
 
+use dronelab_contract::cosmos::{summary_id, utilization_id};
+use dronelab_contract::Container;
 use serde_json::{json, Value};
-
-/// The four containers of database `dronedelivery` and their partition keys.
-pub const CONTAINERS: [(&str, &str); 4] = [
-    ("utilization", "/droneId"),
-    ("utilization-by-owner", "/ownerId"),
-    ("deliveries", "/ownerId"),
-    ("packages", "/ownerId"),
-];
 
 /// The most recent month of data; earlier months count back from it.
 const LAST_YEAR: u32 = 2026;
@@ -56,7 +50,7 @@ impl DataSet {
         let (year, month) = Self::month(month_index);
         let h = self.hash(&[1, owner as u64, month_index as u64, drone as u64]);
         json!({
-            "id": format!("{}-{year}-{month:02}", Self::drone_id(owner, drone)),
+            "id": utilization_id(&Self::drone_id(owner, drone), year, month),
             "droneId": Self::drone_id(owner, drone),
             "ownerId": Self::owner_id(owner),
             "year": year,
@@ -68,7 +62,7 @@ impl DataSet {
 
     fn summary_id(owner: usize, month_index: usize) -> String {
         let (year, month) = Self::month(month_index);
-        format!("{}-{year}-{month:02}", Self::owner_id(owner))
+        summary_id(&Self::owner_id(owner), year, month)
     }
 
     pub fn delivery_doc(&self, owner: usize, month_index: usize) -> Value {
@@ -87,7 +81,7 @@ impl DataSet {
         })
     }
 
-    /// Documents per container: (utilization, utilization-by-owner, deliveries, packages).
+    /// Documents per container, in the order of `Container::ALL`.
     pub fn document_counts(&self) -> [usize; 4] {
         let records = self.owners * self.months * self.drones_per_owner;
         let summaries = self.owners * self.months;
@@ -95,24 +89,28 @@ impl DataSet {
     }
 
     /// Every document with its container and partition key value.
-    pub fn documents(&self) -> impl Iterator<Item = (&'static str, String, Value)> + '_ {
+    pub fn documents(&self) -> impl Iterator<Item = (Container, String, Value)> + '_ {
         (0..self.owners).flat_map(move |owner| {
             (0..self.months).flat_map(move |m| {
                 let records = (0..self.drones_per_owner).flat_map(move |d| {
                     let doc = self.utilization_doc(owner, m, d);
                     [
-                        ("utilization", Self::drone_id(owner, d), doc.clone()),
-                        ("utilization-by-owner", Self::owner_id(owner), doc),
+                        (
+                            Container::Utilization,
+                            Self::drone_id(owner, d),
+                            doc.clone(),
+                        ),
+                        (Container::UtilizationByOwner, Self::owner_id(owner), doc),
                     ]
                 });
                 records.chain([
                     (
-                        "deliveries",
+                        Container::Deliveries,
                         Self::owner_id(owner),
                         self.delivery_doc(owner, m),
                     ),
                     (
-                        "packages",
+                        Container::Packages,
                         Self::owner_id(owner),
                         self.package_doc(owner, m),
                     ),

@@ -505,7 +505,7 @@ mod tests {
         });
         let target = Target {
             gateway: url::Url::parse(&format!("http://{addr}/")).expect("url"),
-            path: "/api/invoices".into(),
+            path: dronelab_contract::routes::INVOICES.into(),
             data: DataSet {
                 seed: 1,
                 owners: 10,

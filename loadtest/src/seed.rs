@@ -11,7 +11,9 @@ use cosmos_kit::CosmosArgs;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::data::{DataSet, CONTAINERS};
+use dronelab_contract::Container;
+
+use crate::data::DataSet;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SeedArgs {
@@ -59,7 +61,7 @@ pub enum SeedError {
     },
     #[error("upserting {id} into {container} failed: {source}")]
     Upsert {
-        container: &'static str,
+        container: Container,
         id: String,
         source: azure_data_cosmos::CosmosError,
     },
@@ -86,8 +88,9 @@ pub async fn ensure_containers(
         }
     }
     let db = client.database_client(database);
-    for (name, key) in CONTAINERS {
-        let properties = ContainerProperties::new(name, key.into());
+    for container in Container::ALL {
+        let name = container.name();
+        let properties = ContainerProperties::new(name, container.partition_key_path().into());
         let options = CreateContainerOptions::default()
             .with_throughput(ThroughputProperties::manual(throughput));
         match db.create_container(properties, Some(options)).await {
@@ -107,7 +110,7 @@ pub async fn ensure_containers(
 /// Upserts one document, waiting and retrying if even the SDK's retries met 429s.
 async fn upsert(
     container: &ContainerClient,
-    name: &'static str,
+    name: Container,
     key: String,
     doc: serde_json::Value,
 ) -> Result<(), SeedError> {
@@ -137,14 +140,14 @@ pub async fn seed(args: &SeedArgs, show_progress: bool) -> Result<usize, SeedErr
     ensure_containers(&client, &args.cosmos.database, args.throughput).await?;
     let db = client.database_client(&args.cosmos.database);
     let mut containers = Vec::new();
-    for (name, _) in CONTAINERS {
-        let container =
-            db.container_client(name, None)
-                .await
-                .map_err(|source| SeedError::Create {
-                    what: format!("client for {name}"),
-                    source,
-                })?;
+    for name in Container::ALL {
+        let container = db
+            .container_client(name.name(), None)
+            .await
+            .map_err(|source| SeedError::Create {
+                what: format!("client for {name}"),
+                source,
+            })?;
         containers.push((name, container));
     }
     let set = args.data_set();

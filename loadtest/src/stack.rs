@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use dronelab_contract::{QueryKnobs, Service};
+
 use crate::calibration::EmulatorModel;
 use crate::emulator::EmulatorAdmin;
 
@@ -47,13 +49,6 @@ pub struct Component {
     log: PathBuf,
 }
 
-/// The utilization query knobs (a rollout restarts the service with new ones).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct QueryKnobs {
-    pub parallelism: i64,
-    pub use_partition_key: bool,
-}
-
 #[derive(Debug)]
 pub struct Stack {
     logs: PathBuf,
@@ -75,7 +70,7 @@ impl Stack {
         model: &EmulatorModel,
     ) -> Result<Self, StackError> {
         std::fs::create_dir_all(logs).map_err(|source| StackError::Spawn {
-            name: "cosmos-emulator",
+            name: Service::CosmosEmulator.name(),
             source,
         })?;
         let trace_viewer = if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
@@ -89,7 +84,7 @@ impl Stack {
             ]
             .map(str::to_owned)
             .to_vec();
-            Some(spawn(logs, "trace-viewer", args, "healthz", None).await?)
+            Some(spawn(logs, Service::TraceViewer.name(), args, "healthz", None).await?)
         };
         let otlp_endpoint = trace_viewer.as_ref().and_then(|v| v.announced("otlp-grpc"));
         let args = vec![
@@ -106,7 +101,7 @@ impl Stack {
             "--partition-concurrency".to_owned(),
             model.partition_concurrency.to_string(),
         ];
-        let emulator = spawn(logs, "cosmos-emulator", args, "healthz", None).await?;
+        let emulator = spawn(logs, Service::CosmosEmulator.name(), args, "healthz", None).await?;
         Ok(Self {
             logs: logs.to_owned(),
             trace_viewer,
@@ -138,14 +133,14 @@ impl Stack {
             self.emulator.url.to_string(),
         ];
         let otlp = self.otlp_endpoint.as_deref();
-        for name in ["delivery-service", "package-service"] {
+        for name in [Service::Delivery.name(), Service::Package.name()] {
             let component = spawn(&self.logs, name, cosmos.clone(), "readyz", otlp).await?;
             self.services.push(component);
         }
         self.services.push(
             spawn(
                 &self.logs,
-                "utilization-service",
+                Service::Utilization.name(),
                 utilization_args(&cosmos, knobs),
                 "readyz",
                 otlp,
@@ -161,14 +156,22 @@ impl Stack {
         };
         let gateway_args = vec![
             "--delivery-url".to_owned(),
-            url_of("delivery-service"),
+            url_of(Service::Delivery.name()),
             "--package-url".to_owned(),
-            url_of("package-service"),
+            url_of(Service::Package.name()),
             "--utilization-url".to_owned(),
-            url_of("utilization-service"),
+            url_of(Service::Utilization.name()),
         ];
-        self.services
-            .push(spawn(&self.logs, "gateway", gateway_args, "readyz", otlp).await?);
+        self.services.push(
+            spawn(
+                &self.logs,
+                Service::Gateway.name(),
+                gateway_args,
+                "readyz",
+                otlp,
+            )
+            .await?,
+        );
         Ok(())
     }
 
@@ -178,7 +181,7 @@ impl Stack {
         let Some(index) = self
             .services
             .iter()
-            .position(|c| c.name == "utilization-service")
+            .position(|c| c.name == Service::Utilization.name())
         else {
             return Ok(());
         };
@@ -202,7 +205,7 @@ impl Stack {
         }
         let component = spawn(
             &self.logs,
-            "utilization-service",
+            Service::Utilization.name(),
             args,
             "readyz",
             self.otlp_endpoint.as_deref(),

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use dronelab_contract::{QueryKnobs, QueryParallelism};
 use serde::{Deserialize, Serialize};
 
 /// A stage's configuration (mirrored by `k8s/overlays/<stage>`; a contract test checks).
@@ -10,8 +11,18 @@ use serde::{Deserialize, Serialize};
 pub struct StageConfig {
     pub provisioned_ru_per_second: u64,
     pub partitions: u16,
-    pub query_parallelism: i64,
+    pub query_parallelism: QueryParallelism,
     pub use_partition_key: bool,
+}
+
+impl StageConfig {
+    /// The utilization service's knobs in this stage.
+    pub fn knobs(&self) -> QueryKnobs {
+        QueryKnobs {
+            parallelism: self.query_parallelism,
+            use_partition_key: self.use_partition_key,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,11 +80,6 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
     if !(1..=256).contains(&file.config.partitions) {
         return Err(invalid("partitions must be 1..=256"));
     }
-    if file.config.query_parallelism < -1 {
-        return Err(invalid(
-            "query_parallelism must be -1, 0 or a positive limit",
-        ));
-    }
     Ok(Stage {
         name: name.to_owned(),
         description: file.description,
@@ -129,7 +135,7 @@ mod tests {
                 (
                     c.provisioned_ru_per_second,
                     c.partitions,
-                    c.query_parallelism,
+                    c.query_parallelism.as_i64(),
                     c.use_partition_key,
                 )
             })
@@ -145,6 +151,7 @@ mod tests {
         );
         assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 0\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false").is_err());
         assert!(parse("x", "nonsense").is_err());
+        assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = -2\nuse_partition_key = false").is_err());
         let valid = "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false";
         assert!(parse("5-mine", valid).is_ok());
         assert!(

@@ -18,10 +18,9 @@ use crate::load::{self, LoadSummary, Percentiles, Target};
 use crate::promtext;
 use crate::report::{CosmosFigures, CosmosSample, Report, StageReport};
 use crate::seed::{self, SeedArgs};
-use crate::stack::{QueryKnobs, Stack};
+use crate::stack::Stack;
 use crate::stages::{self, Stage};
-
-pub const INVOICES: &str = "/api/invoices";
+use dronelab_contract::{routes, Container, Service};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
@@ -108,7 +107,7 @@ async fn scrape(http: &reqwest::Client, base: Option<&url::Url>) -> UtilizationM
         Err(_) => String::new(),
     };
     let samples = promtext::parse(&text);
-    let route = [("route", "/api/dronedeliveries/utilization")];
+    let route = [("route", routes::UTILIZATION)];
     let query = [("operation", "query_items")];
     UtilizationMetrics {
         latency_buckets: promtext::buckets(
@@ -163,7 +162,7 @@ fn utilization_latency(before: &UtilizationMetrics, after: &UtilizationMetrics) 
 
 async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Result<(), TuneError> {
     let db = client.database_client(database);
-    for container in ["utilization", "utilization-by-owner"] {
+    for container in [Container::Utilization, Container::UtilizationByOwner].map(Container::name) {
         let c = db
             .container_client(container, None)
             .await
@@ -241,9 +240,9 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
                     started.elapsed().as_secs_f64()
                 );
             }
-            s.start_services(knobs(&first)).await?;
+            s.start_services(first.config.knobs()).await?;
             let url = s
-                .url("gateway")
+                .url(Service::Gateway.name())
                 .cloned()
                 .unwrap_or_else(|| s.emulator.url.clone());
             let admin = s.emulator_admin();
@@ -259,7 +258,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     let profile = args.profile.load();
     let target = Target {
         gateway: gateway.clone(),
-        path: INVOICES.into(),
+        path: routes::INVOICES.into(),
         data: seed_args.data_set(),
         timeout: Duration::from_secs(60),
     };
@@ -276,7 +275,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     if let Some(viewer) = stack.as_ref().and_then(|s| s.trace_viewer.as_ref()) {
         eprintln!("trace viewer: {}", viewer.url);
     }
-    let mut current = knobs(&first);
+    let mut current = first.config.knobs();
     let mut reports = Vec::new();
     for stage in &stages {
         eprintln!(
@@ -291,7 +290,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             stage.config.provisioned_ru_per_second,
         )
         .await?;
-        let wanted = knobs(stage);
+        let wanted = stage.config.knobs();
         match (&args.stage_command, stack.as_mut()) {
             // Every stage, the first too: applying is idempotent, and the command waits
             // until the deployment is ready for load.
@@ -307,15 +306,11 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             _ => {}
         }
         current = wanted;
-        let container = if stage.config.use_partition_key {
-            "utilization-by-owner"
-        } else {
-            "utilization"
-        };
+        let container = Container::utilization(stage.config.use_partition_key).name();
         let utilization_url = args.utilization_url.clone().or_else(|| {
             stack
                 .as_ref()
-                .and_then(|s| s.url("utilization-service").cloned())
+                .and_then(|s| s.url(Service::Utilization.name()).cloned())
         });
         if let Some(e) = &emulator {
             e.reset_stats().await;
@@ -424,8 +419,8 @@ const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 /// them in the stage's report.
 async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
     let window = TraceWindow {
-        service: "gateway".into(),
-        operation: format!("GET {INVOICES}"),
+        service: Service::Gateway.name().into(),
+        operation: format!("GET {}", routes::INVOICES),
         start_us: Some(start_us),
         end_us: Some(end_us),
         lookback: None,
@@ -475,13 +470,6 @@ fn unix_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
-}
-
-fn knobs(stage: &Stage) -> QueryKnobs {
-    QueryKnobs {
-        parallelism: stage.config.query_parallelism,
-        use_partition_key: stage.config.use_partition_key,
-    }
 }
 
 fn describe(stage: &Stage) -> String {

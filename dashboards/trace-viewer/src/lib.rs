@@ -10,10 +10,11 @@ pub mod otlp;
 pub mod store;
 
 use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use axum::serve::ListenerExt as _;
+use dronelab_contract::service::{Service, OTLP_GRPC_PORT, OTLP_HTTP_PORT};
 use tokio::net::TcpListener;
 
 pub use store::{Limits, Store};
@@ -22,20 +23,20 @@ pub use store::{Limits, Store};
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Address of the UI and the Jaeger query API.
-    #[arg(long, env = "TRACE_VIEWER_LISTEN", default_value = "127.0.0.1:16686")]
+    #[arg(long, env = "TRACE_VIEWER_LISTEN", default_value_t = Service::TraceViewer.default_listen())]
     pub listen: SocketAddr,
     /// Address of the OTLP/gRPC receiver.
     #[arg(
         long,
         env = "TRACE_VIEWER_OTLP_GRPC_LISTEN",
-        default_value = "127.0.0.1:4317"
+        default_value_t = SocketAddr::from((Ipv4Addr::LOCALHOST, OTLP_GRPC_PORT))
     )]
     pub otlp_grpc_listen: SocketAddr,
     /// Address of the OTLP/HTTP receiver (`POST /v1/traces`, protobuf or JSON).
     #[arg(
         long,
         env = "TRACE_VIEWER_OTLP_HTTP_LISTEN",
-        default_value = "127.0.0.1:4318"
+        default_value_t = SocketAddr::from((Ipv4Addr::LOCALHOST, OTLP_HTTP_PORT))
     )]
     pub otlp_http_listen: SocketAddr,
     /// Most spans kept; the oldest traces are evicted beyond it.

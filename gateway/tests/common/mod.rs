@@ -278,6 +278,11 @@ pub async fn delayed_backend(delay: Duration, body: serde_json::Value) -> Server
     Server { addr, task }
 }
 
+/// A body every backend route would accept: the fields of all three sections.
+pub fn every_section() -> serde_json::Value {
+    json!({"count": 1, "totalWeightKg": 1.0, "traveledMiles": 1.0, "assignedHours": 1.0})
+}
+
 /// A loopback address nobody listens on.
 pub async fn closed_port() -> url::Url {
     let (listener, addr) = listener().await;

@@ -16,6 +16,8 @@
 use std::collections::BTreeMap;
 
 use clap::CommandFactory;
+use dronelab_contract::knobs::{ENV_QUERY_PARALLELISM, ENV_USE_PARTITION_KEY};
+use dronelab_contract::{routes, Service};
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -96,8 +98,8 @@ pub fn binaries() -> Vec<Binary> {
         cosmos: true,
         listen_env: "LISTEN_ADDR",
         other_listen_envs: &[],
-        readiness_path: "/readyz",
-        liveness_path: "/healthz",
+        readiness_path: routes::READYZ,
+        liveness_path: routes::HEALTHZ,
         request_timeout_secs: backend_timeout,
     };
     vec![
@@ -116,18 +118,18 @@ pub fn binaries() -> Vec<Binary> {
             utilization_service::Cli::command,
         ),
         Binary {
-            name: "cosmos-emulator",
+            name: Service::CosmosEmulator.name(),
             command: cosmos_emulator::Config::command,
             traced: false,
             cosmos: false,
             listen_env: "LISTEN_ADDR",
             other_listen_envs: &[],
-            readiness_path: "/healthz",
-            liveness_path: "/healthz",
+            readiness_path: routes::HEALTHZ,
+            liveness_path: routes::HEALTHZ,
             request_timeout_secs: 0,
         },
         Binary {
-            name: "trace-viewer",
+            name: Service::TraceViewer.name(),
             command: trace_viewer_command,
             traced: false,
             cosmos: false,
@@ -136,8 +138,8 @@ pub fn binaries() -> Vec<Binary> {
                 "TRACE_VIEWER_OTLP_GRPC_LISTEN",
                 "TRACE_VIEWER_OTLP_HTTP_LISTEN",
             ],
-            readiness_path: "/healthz",
-            liveness_path: "/healthz",
+            readiness_path: routes::HEALTHZ,
+            liveness_path: routes::HEALTHZ,
             request_timeout_secs: 0,
         },
     ]
@@ -548,9 +550,13 @@ fn host_port(url: &str) -> Option<(String, i32)> {
 /// which of its listen addresses must answer there. A URL whose host is no Service of the
 /// render points outside it (an Azure account, a collector) and is not checked.
 const ENDPOINTS: [(&str, &str, &str); 5] = [
-    ("DELIVERY_URL", "delivery-service", "LISTEN_ADDR"),
-    ("PACKAGE_URL", "package-service", "LISTEN_ADDR"),
-    ("UTILIZATION_URL", "utilization-service", "LISTEN_ADDR"),
+    ("DELIVERY_URL", Service::Delivery.name(), "LISTEN_ADDR"),
+    ("PACKAGE_URL", Service::Package.name(), "LISTEN_ADDR"),
+    (
+        "UTILIZATION_URL",
+        Service::Utilization.name(),
+        "LISTEN_ADDR",
+    ),
     (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "trace-viewer",
@@ -659,7 +665,7 @@ fn check_services(manifests: &Manifests, workloads: &[Workload]) -> Vec<String> 
 }
 
 fn check_disruption_budget(manifests: &Manifests, workloads: &[Workload]) -> Vec<String> {
-    let Some(gateway) = workloads.iter().find(|w| w.name == "gateway") else {
+    let Some(gateway) = workloads.iter().find(|w| w.name == gateway::SERVICE_NAME) else {
         return vec!["no gateway workload".into()];
     };
     let covered = manifests.pod_disruption_budgets.iter().any(|pdb| {
@@ -705,13 +711,13 @@ pub fn check_stage(
     let config = &stage.config;
     let want = [
         (
-            "utilization-service",
-            "UTILIZATION_QUERY_PARALLELISM",
+            Service::Utilization.name(),
+            ENV_QUERY_PARALLELISM,
             config.query_parallelism.to_string(),
         ),
         (
-            "utilization-service",
-            "UTILIZATION_USE_PARTITION_KEY",
+            Service::Utilization.name(),
+            ENV_USE_PARTITION_KEY,
             config.use_partition_key.to_string(),
         ),
     ];

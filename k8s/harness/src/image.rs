@@ -6,16 +6,18 @@
 
 use std::path::{Path, PathBuf};
 
+use dronelab_contract::Service;
+
 use crate::podman::{Lab, PodmanError};
 
 /// The binaries the image holds (the `Dockerfile` builds the same list).
 pub const BINARIES: [&str; 7] = [
-    "gateway",
-    "delivery-service",
-    "package-service",
-    "utilization-service",
-    "cosmos-emulator",
-    "trace-viewer",
+    Service::Gateway.name(),
+    Service::Delivery.name(),
+    Service::Package.name(),
+    Service::Utilization.name(),
+    Service::CosmosEmulator.name(),
+    Service::TraceViewer.name(),
     "loadtest",
 ];
 

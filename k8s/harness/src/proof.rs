@@ -14,6 +14,7 @@
 //! 6. the emulator stopped: utilization-service turns unready but stays alive; started
 //!    again: ready, with its documents still there (the StatefulSet's volume).
 
+use dronelab_contract::Service;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -102,15 +103,22 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     let first_overlay = overlays.join(&first.name);
     let manifests = render::render(&first_overlay).map_err(|e| e.to_string())?;
     lab.apply(&manifests).await.map_err(podman)?;
-    for workload in ["cosmos-emulator", "trace-viewer", "gateway"] {
+    for workload in [
+        Service::CosmosEmulator,
+        Service::TraceViewer,
+        Service::Gateway,
+    ]
+    .map(Service::name)
+    {
         lab.wait_ready(&manifests, workload, Duration::from_secs(60))
             .await
             .map_err(podman)?;
     }
-    let gateway = lab.url("gateway", 8080).await.map_err(podman)?;
-    let emulator = lab.url("cosmos-emulator", 8081).await.map_err(podman)?;
-    let viewer = lab.url("trace-viewer", 16686).await.map_err(podman)?;
-    let utilization = lab.url("utilization-service", 8093).await.map_err(podman)?;
+    let url = |service: Service| lab.url(service.name(), i32::from(service.default_port()));
+    let gateway = url(Service::Gateway).await.map_err(podman)?;
+    let emulator = url(Service::CosmosEmulator).await.map_err(podman)?;
+    let viewer = url(Service::TraceViewer).await.map_err(podman)?;
+    let utilization = url(Service::Utilization).await.map_err(podman)?;
     for c in lab.containers().await.map_err(podman)? {
         eprintln!("  {:22} {}", c.workload, c.name);
     }
@@ -165,7 +173,7 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     let last_manifests = render::render(&last).map_err(|e| e.to_string())?;
     lab.wait_ready(
         &last_manifests,
-        "utilization-service",
+        Service::Utilization.name(),
         Duration::from_secs(60),
     )
     .await
@@ -350,11 +358,13 @@ fn check_trace(trace: &Value) -> Result<(), String> {
         services.insert(service, pod);
     }
     for service in [
-        "gateway",
-        "delivery-service",
-        "package-service",
-        "utilization-service",
-    ] {
+        Service::Gateway,
+        Service::Delivery,
+        Service::Package,
+        Service::Utilization,
+    ]
+    .map(Service::name)
+    {
         match services.get(service) {
             None => return Err(format!("no spans of {service}")),
             Some(false) => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use clap::{ArgAction, Parser};
+use dronelab_contract::Service;
 
 use crate::store::Layout;
 use crate::throughput::LatencyModel;
@@ -88,7 +89,7 @@ fn container_partitions(s: &str) -> Result<(String, usize), String> {
 #[command(name = "cosmos-emulator", version, about)]
 pub struct Config {
     /// Address to listen on (HTTP/1.1 and HTTP/2 cleartext).
-    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8081")]
+    #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::CosmosEmulator.default_listen())]
     pub listen: SocketAddr,
 
     /// Account master key (base64); requests must be signed with it.

@@ -1,0 +1,155 @@
+//! `summary-backend`: a backend that answers with an owner's monthly summary document —
+//! one point read by id and partition key (`/ownerId`). The delivery and package
+//! services are this, with their own container and response shape.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use dronelab_contract::{Container, OwnerMonth};
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::KeyValue;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use cosmos_kit::{
+    BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
+};
+use service_kit::server::{self, Instrumentation, Limits, RequestContext};
+use service_kit::Telemetry;
+
+/// What distinguishes one summary backend from another.
+pub trait Summary: Send + Sync + 'static {
+    /// The summary document as read and as answered (a month without one is the default).
+    type Body: DeserializeOwned + Serialize + Default + Send + Sync + 'static;
+    /// Cosmos container holding the summaries.
+    const CONTAINER: Container;
+    /// The route, e.g. `/api/deliveries/summary`.
+    const ROUTE: &'static str;
+}
+
+/// Command-line configuration of a summary backend.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SummaryArgs {
+    #[command(flatten)]
+    pub cosmos: CosmosArgs,
+}
+
+pub struct SummaryState<S> {
+    container: Arc<LazyContainer>,
+    cosmos: CosmosTelemetry,
+    instrumentation: Instrumentation,
+    _summary: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: Summary> SummaryState<S> {
+    /// Connects in the background; the service is unready until the container answers.
+    pub fn start(args: &SummaryArgs, telemetry: Telemetry) -> Arc<Self> {
+        Self::with_container(
+            LazyContainer::connect_in_background(args.cosmos.clone(), S::CONTAINER.name()),
+            telemetry,
+        )
+    }
+
+    /// Connects now (at most 10 s), for tests and tools that need an answering service.
+    pub async fn connect(args: &SummaryArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
+        let container =
+            LazyContainer::connect(args.cosmos.clone(), S::CONTAINER.name(), CONNECT_TIMEOUT)
+                .await?;
+        Ok(Self::with_container(container, telemetry))
+    }
+
+    fn with_container(container: Arc<LazyContainer>, telemetry: Telemetry) -> Arc<Self> {
+        let instrumentation = Instrumentation::new(telemetry.clone());
+        let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
+        Arc::new(Self {
+            container,
+            cosmos,
+            instrumentation,
+            _summary: std::marker::PhantomData,
+        })
+    }
+}
+
+pub fn build_app<S: Summary>(state: Arc<SummaryState<S>>) -> Router {
+    let readiness = state.container.readiness();
+    let instrumentation = state.instrumentation.clone();
+    let app = Router::new()
+        .route(S::ROUTE, get(summary::<S>))
+        .with_state(state);
+    server::standard(app, instrumentation, readiness, Limits::default())
+}
+
+async fn summary<S: Summary>(
+    State(state): State<Arc<SummaryState<S>>>,
+    RequestContext(cx): RequestContext,
+    RawQuery(query): RawQuery,
+) -> Result<Json<S::Body>, BackendError> {
+    let request = OwnerMonth::from_query(query.as_deref())
+        .map_err(|invalid| BackendError::BadRequest(invalid.into()))?;
+    let container_name = S::CONTAINER.name();
+    let container = state.container.get()?;
+    let tracer = state.cosmos.telemetry().tracer();
+    let span = tracer
+        .span_builder(format!("read_item {container_name}"))
+        .with_kind(SpanKind::Internal)
+        .with_attributes([
+            KeyValue::new("db.collection.name", container_name),
+            KeyValue::new("dronelab.owner_id", request.owner_id.to_string()),
+        ])
+        .start_with_context(tracer, &cx);
+    let cx = cx.with_span(span);
+    let anchor = ClockAnchor::now();
+    let outcome = container
+        .read_item(request.owner_id.to_string(), &request.summary_id(), None)
+        .await;
+    let diagnostics = match &outcome {
+        Ok(response) => Some(response.diagnostics()),
+        Err(e) => e.diagnostics(),
+    };
+    let cost = state.cosmos.record(
+        &cx,
+        anchor,
+        diagnostics.as_ref(),
+        "read_item",
+        container_name,
+    );
+    state
+        .cosmos
+        .record_operation("read_item", container_name, cost);
+    cx.span().end();
+    match outcome {
+        Ok(response) => response
+            .into_model::<S::Body>()
+            .map(Json)
+            .map_err(|e| BackendError::Cosmos(format!("unexpected summary document: {e}"))),
+        // A month without deliveries has no summary document: zero, not an error.
+        Err(e) if u16::from(e.status().status_code()) == 404 => Ok(Json(S::Body::default())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Serves a summary backend until `shutdown`.
+pub async fn run<S: Summary>(
+    listener: TcpListener,
+    state: Arc<SummaryState<S>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve(listener, build_app(state), shutdown).await
+}
+
+/// The `main` of a summary backend: telemetry, connect, serve, flush.
+pub async fn main<S: Summary>(
+    service_name: &str,
+    listen: SocketAddr,
+    args: SummaryArgs,
+) -> std::process::ExitCode {
+    server::run_service(service_name, listen, |telemetry| async move {
+        Ok(build_app(SummaryState::<S>::start(&args, telemetry)))
+    })
+    .await
+}

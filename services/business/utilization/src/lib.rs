@@ -1,0 +1,168 @@
+//! `utilization-service`: the query under study. It sums an owner's per-drone monthly
+//! utilization records with
+//! `SELECT * FROM c WHERE c.ownerId = @ownerId AND c.year = @year AND c.month = @month`,
+//! in one of the study's shapes:
+//!
+//! - `--use-partition-key false`, `--query-parallelism 0`: container `utilization`
+//!   (keyed by `/droneId`) across partitions with the SDK's own cross-partition query,
+//!   which drains the partitions one after another (stages 1–2);
+//! - `--query-parallelism -1` (or `N`): one query per feed range, all at once (or at most
+//!   N at once) (stage 3);
+//! - `--use-partition-key true`: container `utilization-by-owner` (keyed by `/ownerId`),
+//!   scoped to the owner's logical partition: one partition, one call (stage 4).
+//!
+//! Every mode returns the same sums for the same data. Every Cosmos attempt becomes a
+//! client span (see `cosmos_kit`) under a span per feed-range query.
+
+mod query;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
+use dronelab_contract::knobs::{ENV_QUERY_PARALLELISM, ENV_USE_PARTITION_KEY};
+use dronelab_contract::{routes, Container, OwnerMonth, QueryKnobs, Service};
+use service_kit::server::{self, Instrumentation, Limits, RequestContext};
+use service_kit::Telemetry;
+use tokio::net::TcpListener;
+
+pub use dronelab_contract::{QueryParallelism, Utilization};
+
+pub const SERVICE_NAME: &str = Service::Utilization.name();
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct UtilizationArgs {
+    #[command(flatten)]
+    pub cosmos: CosmosArgs,
+    /// 0 = the SDK's serial cross-partition query; -1 = one query per partition, all at
+    /// once; N = at most N at once.
+    #[arg(
+        long,
+        env = ENV_QUERY_PARALLELISM,
+        default_value = "0",
+        allow_negative_numbers = true
+    )]
+    pub query_parallelism: QueryParallelism,
+    /// Query the `/ownerId`-partitioned container with the owner's key.
+    #[arg(long, env = ENV_USE_PARTITION_KEY, default_value_t = false, action = clap::ArgAction::Set)]
+    pub use_partition_key: bool,
+}
+
+/// The service's error: a bad request, or Cosmos throttling or failing.
+pub type UtilizationError = BackendError;
+
+pub struct AppState {
+    container: Arc<LazyContainer>,
+    container_name: &'static str,
+    use_partition_key: bool,
+    parallelism: QueryParallelism,
+    cosmos: CosmosTelemetry,
+    instrumentation: Instrumentation,
+}
+
+impl AppState {
+    /// Connects in the background; the service is unready until the container answers.
+    pub fn start(args: &UtilizationArgs, telemetry: Telemetry) -> Arc<Self> {
+        let container =
+            LazyContainer::connect_in_background(args.cosmos.clone(), container_name(args));
+        Self::with_container(args, container, telemetry)
+    }
+
+    /// Connects now (at most 10 s), for tests and tools that need an answering service.
+    pub async fn connect(
+        args: &UtilizationArgs,
+        telemetry: Telemetry,
+    ) -> Result<Arc<Self>, String> {
+        let container =
+            LazyContainer::connect(args.cosmos.clone(), container_name(args), CONNECT_TIMEOUT)
+                .await?;
+        Ok(Self::with_container(args, container, telemetry))
+    }
+
+    fn with_container(
+        args: &UtilizationArgs,
+        container: Arc<LazyContainer>,
+        telemetry: Telemetry,
+    ) -> Arc<Self> {
+        let instrumentation = Instrumentation::new(telemetry.clone());
+        let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
+        tracing::info!(
+            container = container.name(),
+            parallelism = %args.query_parallelism,
+            use_partition_key = args.use_partition_key,
+            "utilization query configured"
+        );
+        Arc::new(Self {
+            container_name: container.name(),
+            container,
+            use_partition_key: args.use_partition_key,
+            parallelism: args.query_parallelism,
+            cosmos,
+            instrumentation,
+        })
+    }
+}
+
+impl UtilizationArgs {
+    pub fn knobs(&self) -> QueryKnobs {
+        QueryKnobs {
+            parallelism: self.query_parallelism,
+            use_partition_key: self.use_partition_key,
+        }
+    }
+}
+
+fn container_name(args: &UtilizationArgs) -> &'static str {
+    Container::utilization(args.use_partition_key).name()
+}
+
+pub fn build_app(state: Arc<AppState>) -> Router {
+    let readiness = state.container.readiness();
+    let instrumentation = state.instrumentation.clone();
+    let app = Router::new()
+        .route(routes::UTILIZATION, get(utilization))
+        .with_state(state);
+    server::standard(app, instrumentation, readiness, Limits::default())
+}
+
+async fn utilization(
+    State(state): State<Arc<AppState>>,
+    RequestContext(cx): RequestContext,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Utilization>, UtilizationError> {
+    let request = OwnerMonth::from_query(raw.as_deref())
+        .map_err(|invalid| UtilizationError::BadRequest(invalid.into()))?;
+    query::run(&state, &cx, &request).await.map(Json)
+}
+
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve(listener, build_app(state), shutdown).await
+}
+
+/// The binary's `main`: telemetry, connect, serve until SIGTERM, flush spans.
+pub async fn main(listen: SocketAddr, args: UtilizationArgs) -> std::process::ExitCode {
+    server::run_service(SERVICE_NAME, listen, |telemetry| async move {
+        Ok(build_app(AppState::start(&args, telemetry)))
+    })
+    .await
+}
+
+// The binary's command line, here so the Kubernetes contract test can read its env names.
+/// Sums an owner's monthly drone utilization from Cosmos DB (the query under study).
+#[derive(clap::Parser)]
+#[command(name = Service::Utilization.name(), version, about)]
+pub struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::Utilization.default_listen())]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub args: crate::UtilizationArgs,
+}

@@ -1,0 +1,184 @@
+//! Runs the study's query in the configured shape and turns every page's attempts into spans.
+
+use azure_data_cosmos::feed::FeedRange;
+use azure_data_cosmos::{FeedScope, Query};
+use cosmos_kit::{ClockAnchor, OperationCost};
+use dronelab_contract::OwnerMonth;
+use futures::{StreamExt, TryStreamExt};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use serde::Deserialize;
+
+use crate::{AppState, QueryParallelism, Utilization, UtilizationError};
+
+pub const STUDY_QUERY: &str =
+    "SELECT * FROM c WHERE c.ownerId = @ownerId AND c.year = @year AND c.month = @month";
+
+const OPERATION: &str = "query_items";
+
+/// The fields summed; the rest of each document is ignored.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    #[serde(default)]
+    traveled_miles: f64,
+    #[serde(default)]
+    assigned_hours: f64,
+}
+
+fn study_query(request: &OwnerMonth) -> Result<Query, UtilizationError> {
+    Ok(Query::from(STUDY_QUERY)
+        .with_parameter("@ownerId", request.owner_id.as_str())?
+        .with_parameter("@year", request.year.get())?
+        .with_parameter("@month", request.month.get())?)
+}
+
+pub async fn run(
+    state: &AppState,
+    cx: &Context,
+    request: &OwnerMonth,
+) -> Result<Utilization, UtilizationError> {
+    let query = study_query(request)?;
+    let (scopes, limit) = if state.use_partition_key {
+        (
+            vec![(
+                "partition key".to_owned(),
+                FeedScope::partition(request.owner_id.to_string()),
+            )],
+            1,
+        )
+    } else {
+        match state.parallelism {
+            QueryParallelism::Serial => (
+                vec![(
+                    "all partitions, serial".to_owned(),
+                    FeedScope::full_container(),
+                )],
+                1,
+            ),
+            parallel => {
+                let ranges = state.container.get()?.read_feed_ranges(None).await?;
+                let limit = match parallel {
+                    QueryParallelism::AtMost(n) => n.get(),
+                    _ => ranges.len().max(1),
+                };
+                (
+                    ranges
+                        .into_iter()
+                        .map(|r: FeedRange| (format!("range {r}"), FeedScope::range(r)))
+                        .collect(),
+                    limit,
+                )
+            }
+        }
+    };
+    let results: Vec<Result<(Utilization, OperationCost), UtilizationError>> =
+        futures::stream::iter(scopes)
+            .map(|(label, scope)| query_scope(state, cx, query.clone(), label, scope))
+            .buffer_unordered(limit)
+            .collect()
+            .await;
+    let mut total = Utilization::default();
+    let mut cost = OperationCost::default();
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok((sum, c)) => {
+                total.traveled_miles += sum.traveled_miles;
+                total.assigned_hours += sum.assigned_hours;
+                cost.add(c);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    state
+        .cosmos
+        .record_operation(OPERATION, state.container_name, cost);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
+}
+
+/// Drains one query (one feed range, the whole container, or one logical partition)
+/// under its own span, recording each page's attempts.
+async fn query_scope(
+    state: &AppState,
+    parent: &Context,
+    query: Query,
+    label: String,
+    scope: FeedScope,
+) -> Result<(Utilization, OperationCost), UtilizationError> {
+    let container = state.container.get()?;
+    let tracer = state.cosmos.telemetry().tracer();
+    let span = tracer
+        .span_builder(format!("query {}", state.container_name))
+        .with_kind(SpanKind::Internal)
+        .with_attributes([
+            KeyValue::new("db.collection.name", state.container_name),
+            KeyValue::new("db.query.text", STUDY_QUERY),
+            KeyValue::new("azure.cosmosdb.query.scope", label),
+        ])
+        .start_with_context(tracer, parent);
+    let cx = parent.with_span(span);
+    let mut sum = Utilization::default();
+    let mut cost = OperationCost::default();
+    let anchor = ClockAnchor::now();
+    let outcome: Result<(), azure_data_cosmos::CosmosError> = async {
+        let mut pages = container
+            .query_items::<Record>(query, scope, None)
+            .await?
+            .into_pages();
+        loop {
+            match pages.try_next().await {
+                Ok(Some(page)) => {
+                    let diagnostics = page.diagnostics();
+                    cost.add(state.cosmos.record(
+                        &cx,
+                        anchor,
+                        Some(&diagnostics),
+                        OPERATION,
+                        state.container_name,
+                    ));
+                    for record in page.items() {
+                        sum.traveled_miles += record.traveled_miles;
+                        sum.assigned_hours += record.assigned_hours;
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    cost.add(state.cosmos.record(
+                        &cx,
+                        anchor,
+                        e.diagnostics().as_ref(),
+                        OPERATION,
+                        state.container_name,
+                    ));
+                    return Err(e);
+                }
+            }
+        }
+    }
+    .await;
+    let span = cx.span();
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.calls",
+        i64::from(cost.attempts),
+    ));
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.throttled_calls",
+        i64::from(cost.throttled),
+    ));
+    span.set_attribute(KeyValue::new(
+        "azure.cosmosdb.request_charge",
+        cost.request_units,
+    ));
+    if let Err(e) = &outcome {
+        span.set_status(Status::error(e.to_string()));
+    }
+    span.end();
+    outcome?;
+    Ok((sum, cost))
+}

@@ -1,0 +1,14 @@
+//! `service-kit`: the plumbing every dronelab service shares, free of the Cosmos SDK —
+//! problem+json errors, telemetry (OTLP, W3C propagation), a
+//! traced HTTP client, Prometheus metrics, and the server lifecycle (standard routes and
+//! layers, graceful shutdown). Cosmos DB access is in `cosmos-kit`.
+
+pub mod client;
+pub mod metrics;
+pub mod problem;
+pub mod server;
+pub mod telemetry;
+
+pub use problem::Problem;
+pub use server::{Instrumentation, Limits, ReadinessCheck, RequestContext};
+pub use telemetry::{OtlpProtocol, Telemetry};

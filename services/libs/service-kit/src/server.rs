@@ -1,0 +1,295 @@
+//! What every service's HTTP server shares: a server span per request (W3C context in,
+//! trace id out), HTTP metrics, timeouts and body limits, `/healthz`, `/readyz`,
+//! `/metrics`, and serving with graceful shutdown on SIGTERM / Ctrl-C.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use dronelab_contract::routes;
+use futures::future::BoxFuture;
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use tokio::net::TcpListener;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::metrics::{HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels};
+use crate::problem::Problem;
+use crate::telemetry::Telemetry;
+
+/// Tracing and metrics of one service.
+#[derive(Clone)]
+pub struct Instrumentation {
+    pub telemetry: Telemetry,
+    pub metrics: MetricsRegistry,
+    http: HttpServerMetrics,
+}
+
+impl Instrumentation {
+    pub fn new(telemetry: Telemetry) -> Self {
+        let metrics = MetricsRegistry::default();
+        let http = HttpServerMetrics::register(&metrics);
+        Self {
+            telemetry,
+            metrics,
+            http,
+        }
+    }
+}
+
+/// The trace context of the request being served; handlers parent their spans on it.
+#[derive(Clone, Debug, Default)]
+pub struct RequestContext(pub Context);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<RequestContext>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// Whether the service can do its job (e.g. its Cosmos container answers).
+pub type ReadinessCheck = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Requests running longer are answered with 503.
+    pub request_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(30),
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+const UNTRACED: [&str; 3] = [routes::HEALTHZ, routes::READYZ, routes::METRICS];
+
+/// Adds health, readiness and metrics routes and the standard layers to `app`.
+pub fn standard(
+    app: Router,
+    instrumentation: Instrumentation,
+    readiness: ReadinessCheck,
+    limits: Limits,
+) -> Router {
+    let metrics = instrumentation.metrics.clone();
+    app.route(routes::HEALTHZ, get(|| async { "ok" }))
+        .route(
+            routes::READYZ,
+            get(move || {
+                let check = readiness.clone();
+                async move {
+                    match check().await {
+                        Ok(()) => "ready".into_response(),
+                        Err(reason) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Not ready")
+                            .with_detail(reason)
+                            .into_response(),
+                    }
+                }
+            }),
+        )
+        .route(
+            routes::METRICS,
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
+            }),
+        )
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.request_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(instrumentation, observe))
+}
+
+/// One server span per request, following the OpenTelemetry HTTP conventions, plus the
+/// trace id in `traceresponse` and `x-trace-id` so a user can jump to the trace.
+async fn observe(
+    State(instrumentation): State<Instrumentation>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    if UNTRACED.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let telemetry = &instrumentation.telemetry;
+    let parent = telemetry.extract(request.headers());
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", method.clone()),
+        KeyValue::new("http.route", route.clone()),
+        KeyValue::new("url.path", request.uri().path().to_owned()),
+        KeyValue::new("url.scheme", "http"),
+    ];
+    if let Some(host) = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().authority().map(|a| a.to_string()))
+    {
+        let (address, port) = match host.rsplit_once(':') {
+            Some((a, p)) => (a.to_owned(), p.parse::<i64>().ok()),
+            None => (host, None),
+        };
+        attributes.push(KeyValue::new("server.address", address));
+        if let Some(port) = port {
+            attributes.push(KeyValue::new("server.port", port));
+        }
+    }
+    let span = telemetry
+        .tracer()
+        .span_builder(format!("{method} {route}"))
+        .with_kind(SpanKind::Server)
+        .with_attributes(attributes)
+        .start_with_context(telemetry.tracer(), &parent);
+    let cx = parent.with_span(span);
+    request.extensions_mut().insert(RequestContext(cx.clone()));
+
+    let mut response = next.run(request).await;
+
+    let status = response.status();
+    let span = cx.span();
+    span.set_attribute(KeyValue::new(
+        "http.response.status_code",
+        i64::from(status.as_u16()),
+    ));
+    if status.is_server_error() {
+        span.set_status(Status::error(status.to_string()));
+    }
+    let span_context = span.span_context().clone();
+    span.end();
+    if span_context.is_valid() {
+        let trace_id = span_context.trace_id().to_string();
+        let traceresponse = format!(
+            "00-{trace_id}-{}-{:02x}",
+            span_context.span_id(),
+            span_context.trace_flags().to_u8()
+        );
+        let headers = response.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&traceresponse) {
+            headers.insert("traceresponse", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&trace_id) {
+            headers.insert("x-trace-id", v);
+        }
+    }
+    let http = &instrumentation.http;
+    http.requests
+        .get_or_create(&RequestLabels {
+            method: method.clone(),
+            route: route.clone(),
+            status: status.as_u16(),
+        })
+        .inc();
+    http.duration
+        .get_or_create(&RouteLabels { method, route })
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Serves `app` until `shutdown` completes, then drains in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+pub use lifecycle::shutdown_signal;
+
+/// Binds `addr`, prints the address on stdout (the one line scripts read), and serves
+/// until SIGTERM / Ctrl-C.
+pub async fn listen_and_serve(
+    service_name: &str,
+    addr: std::net::SocketAddr,
+    app: Router,
+) -> std::process::ExitCode {
+    let listener = match TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("{service_name}: cannot listen on {addr}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(%address, "{service_name} listening");
+    println!("{service_name} listening on http://{address}/");
+    match serve(listener, app, shutdown_signal()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{service_name}: server error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A service binary's whole life: logging, telemetry from the `OTEL_*` environment, the
+/// app built by `build` (which may connect to Cosmos), serving until SIGTERM / Ctrl-C,
+/// and flushing spans on the way out.
+pub async fn run_service<F, Fut>(
+    service_name: &str,
+    listen: std::net::SocketAddr,
+    build: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(Telemetry) -> Fut,
+    Fut: Future<Output = Result<Router, String>>,
+{
+    crate::telemetry::init_logging();
+    let telemetry = match Telemetry::from_env(service_name) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let app = match build(telemetry.clone()).await {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("{service_name}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = listen_and_serve(service_name, listen, app).await;
+    telemetry.shutdown();
+    code
+}
