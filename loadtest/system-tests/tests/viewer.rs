@@ -2,15 +2,14 @@
 //! utilization over HTTP/protobuf — into the real trace viewer; the trace is then read
 //! back through its Jaeger API and rendered by a headless browser.
 
-mod common;
-
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use dronelab_contract::Container;
 use serde_json::Value;
 use service_kit::OtlpProtocol;
+use system_tests::*;
 use trace_viewer::analysis::TraceSummary;
 use trace_viewer::jaeger::{Envelope, Trace};
 
@@ -56,9 +55,9 @@ struct ThrottledRun {
 
 async fn throttled_run() -> ThrottledRun {
     let viewer = start_viewer().await;
-    let emulator = start_emulator(emulator_config(2)).await;
-    seed(&emulator, 100_000).await;
-    throttle_utilization(&emulator, 20).await;
+    let stack = TestStack::start(2).await;
+
+    stack.set_throughput(Container::Utilization, 20).await;
     let otlp = |name: &str, protocol: OtlpProtocol| {
         let endpoint = match protocol {
             OtlpProtocol::Grpc => &viewer.grpc,
@@ -72,18 +71,17 @@ async fn throttled_run() -> ThrottledRun {
         otlp("utilization-service", OtlpProtocol::HttpProtobuf),
         otlp("gateway", OtlpProtocol::Grpc),
     ];
-    let delivery = start_delivery(&emulator, telemetries[0].clone()).await;
-    let package = start_package(&emulator, telemetries[1].clone()).await;
-    let utilization = start_utilization(&emulator, telemetries[2].clone(), "0", false).await;
+    let delivery = stack.delivery(telemetries[0].clone()).await;
+    let package = stack.package(telemetries[1].clone()).await;
+    let utilization = stack
+        .utilization(telemetries[2].clone(), knobs("0", false))
+        .await;
     let gateway = start_gateway(
-        gateway_args(delivery.url(), package.url(), utilization.url()),
+        &gateway_args(delivery.url(), package.url(), utilization.url()),
         telemetries[3].clone(),
     )
     .await;
-    let url = format!(
-        "http://{}/api/invoices?ownerId=owner2&year=2026&month=3",
-        gateway.addr
-    );
+    let url = format!("http://{}/api/invoices?{}", gateway.addr, owner_month(2, 2));
     let calls: Vec<_> = (0..8)
         .map(|_| {
             let url = url.clone();
@@ -127,7 +125,7 @@ async fn throttled_run() -> ThrottledRun {
             "every match has a 429 attempt"
         );
     }
-    drop((gateway, utilization, package, delivery, emulator));
+    drop((gateway, utilization, package, delivery, stack));
     ThrottledRun {
         trace_id: found.data[0].trace_id.clone(),
         viewer,

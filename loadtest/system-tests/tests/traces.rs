@@ -1,12 +1,11 @@
 //! Traces of the invoice path, captured per service by in-memory exporters.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use dronelab_contract::Container;
 use opentelemetry::trace::{SpanKind, Status};
 use opentelemetry_sdk::trace::SpanData;
+use system_tests::*;
 
 fn cosmos_attempts(spans: &[SpanData]) -> Vec<&SpanData> {
     spans
@@ -27,24 +26,27 @@ fn status_code(span: &SpanData) -> String {
 
 #[tokio::test]
 async fn one_trace_spans_gateway_backends_and_every_cosmos_attempt() {
-    let emulator = start_emulator(emulator_config(4)).await;
-    seed(&emulator, 100_000).await;
+    let stack = TestStack::start(4).await;
+
     let (delivery_telemetry, delivery_spans) = traced("delivery-service");
     let (package_telemetry, package_spans) = traced("package-service");
     let (utilization_telemetry, utilization_spans) = traced("utilization-service");
     let (gateway_telemetry, gateway_spans) = traced("gateway");
-    let delivery = start_delivery(&emulator, delivery_telemetry).await;
-    let package = start_package(&emulator, package_telemetry).await;
-    let utilization = start_utilization(&emulator, utilization_telemetry, "0", false).await;
+    let delivery = stack.delivery(delivery_telemetry).await;
+    let package = stack.package(package_telemetry).await;
+    let utilization = stack
+        .utilization(utilization_telemetry, knobs("0", false))
+        .await;
     let gateway = start_gateway(
-        gateway_args(delivery.url(), package.url(), utilization.url()),
+        &gateway_args(delivery.url(), package.url(), utilization.url()),
         gateway_telemetry,
     )
     .await;
 
     let response = reqwest::get(format!(
-        "http://{}/api/invoices?ownerId=owner3&year=2026&month=2",
-        gateway.addr
+        "http://{}/api/invoices?{}",
+        gateway.addr,
+        owner_month(3, 1)
     ))
     .await
     .expect("answered");
@@ -151,13 +153,15 @@ async fn attempts_of_one_request(parallelism: &str) -> Vec<SpanData> {
     config.rtt_ms = 2.0;
     config.service_ms = 3.0;
     config.jitter = 0.0;
-    let emulator = start_emulator(config).await;
-    seed(&emulator, 100_000).await;
+    let stack = TestStack::start_with(config).await;
     let (telemetry, exporter) = traced("utilization-service");
-    let utilization = start_utilization(&emulator, telemetry, parallelism, false).await;
+    let utilization = stack
+        .utilization(telemetry, knobs(parallelism, false))
+        .await;
     let url = format!(
-        "http://{}/api/dronedeliveries/utilization?ownerId=owner1&year=2026&month=1",
-        utilization.addr
+        "http://{}/api/dronedeliveries/utilization?{}",
+        utilization.addr,
+        owner_month(1, 0)
     );
     // Warm the SDK's caches, then trace one request on its own.
     reqwest::get(&url).await.expect("warm-up");
@@ -195,15 +199,16 @@ async fn serial_fan_out_attempts_follow_each_other_and_parallel_ones_overlap() {
 
 #[tokio::test]
 async fn a_throttled_attempt_is_an_error_span_followed_by_a_later_successful_retry() {
-    let emulator = start_emulator(emulator_config(2)).await;
+    let stack = TestStack::start(2).await;
     // 20 RU/s over 2 partitions: a handful of ~3 RU partition queries exhausts a partition.
-    seed(&emulator, 100_000).await;
-    throttle_utilization(&emulator, 20).await;
+
+    stack.set_throughput(Container::Utilization, 20).await;
     let (telemetry, exporter) = traced("utilization-service");
-    let utilization = start_utilization(&emulator, telemetry, "-1", false).await;
+    let utilization = stack.utilization(telemetry, knobs("-1", false)).await;
     let url = format!(
-        "http://{}/api/dronedeliveries/utilization?ownerId=owner2&year=2026&month=3",
-        utilization.addr
+        "http://{}/api/dronedeliveries/utilization?{}",
+        utilization.addr,
+        owner_month(2, 2)
     );
     let calls: Vec<_> = (0..12)
         .map(|_| {

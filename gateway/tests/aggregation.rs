@@ -1,0 +1,270 @@
+//! The gateway's own behaviour, against stand-in backends with known answers and delays:
+//! validation, partial answers, the parallel fan-out and load shedding. The gateway is
+//! called in process through its router (a socket would add nothing); the backends are
+//! real HTTP servers on loopback, because the gateway calls them over the network.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use service_kit::Telemetry;
+use tokio::net::TcpListener;
+use tower::ServiceExt as _;
+
+/// A stand-in backend that answers `body` after `delay`; stops when dropped.
+struct Backend {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start(delay: Duration, body: Value) -> Self {
+        let body = Arc::new(body);
+        let app = Router::new().fallback(move || {
+            let body = body.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                axum::Json((*body).clone())
+            }
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { addr, task }
+    }
+
+    fn url(&self) -> url::Url {
+        dronelab_contract::service::loopback_url(self.addr)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A body every backend route would accept: the fields of all three sections.
+fn every_section() -> Value {
+    json!({"count": 1, "totalWeightKg": 1.0, "traveledMiles": 1.0, "assignedHours": 1.0})
+}
+
+/// A loopback address nobody listens on.
+async fn closed_port() -> url::Url {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    dronelab_contract::service::loopback_url(addr)
+}
+
+fn args(delivery: url::Url, package: url::Url, utilization: url::Url) -> gateway::GatewayArgs {
+    gateway::GatewayArgs {
+        delivery_url: delivery,
+        package_url: package,
+        utilization_url: utilization,
+        backend_timeout_ms: 10_000,
+        max_retries: 2,
+        max_concurrency: 512,
+    }
+}
+
+fn gateway(args: &gateway::GatewayArgs) -> Router {
+    gateway::build_app(gateway::AppState::new(args, Telemetry::disabled()).expect("state"))
+}
+
+/// Status, content type, JSON body and `Retry-After` of `GET path`.
+async fn get(app: &Router, path: &str) -> (u16, Option<String>, Value, Option<String>) {
+    let request = Request::get(path).body(Body::empty()).expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let (parts, body) = response.into_parts();
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (status, content_type, retry_after) = (
+        parts.status.as_u16(),
+        header("content-type"),
+        header("retry-after"),
+    );
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.expect("body");
+    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, content_type, body, retry_after)
+}
+
+const INVOICE: &str = "/api/invoices?ownerId=o1&year=2026&month=3";
+
+#[tokio::test]
+async fn bad_input_gets_a_problem_naming_the_parameter() {
+    let backend = Backend::start(Duration::ZERO, every_section()).await;
+    let app = gateway(&args(backend.url(), backend.url(), backend.url()));
+    let long = "x".repeat(65);
+    for (query, bad) in [
+        ("", vec!["ownerId", "year", "month"]),
+        ("year=2026&month=3", vec!["ownerId"]),
+        ("ownerId=&year=2026&month=3", vec!["ownerId"]),
+        (
+            &*format!("ownerId={long}&year=2026&month=3"),
+            vec!["ownerId"],
+        ),
+        ("ownerId=o%20x&year=2026&month=3", vec!["ownerId"]),
+        ("ownerId=o1&year=twenty&month=3", vec!["year"]),
+        ("ownerId=o1&year=2026.5&month=3", vec!["year"]),
+        ("ownerId=o1&year=1999&month=3", vec!["year"]),
+        ("ownerId=o1&year=2026&month=13", vec!["month"]),
+        ("ownerId=o1&year=2026&month=", vec!["month"]),
+        ("ownerId=o1&year=2026&month=3&debug=true", vec!["debug"]),
+        ("ownerId=o1&ownerId=o2&year=2026&month=3", vec!["ownerId"]),
+        ("ownerId=%ZZ&year=2026&month=3", vec!["ownerId"]),
+    ] {
+        let (status, content_type, body, _) = get(&app, &format!("/api/invoices?{query}")).await;
+        assert_eq!(status, 400, "{query}");
+        assert_eq!(
+            content_type.as_deref(),
+            Some("application/problem+json"),
+            "{query}"
+        );
+        let names: Vec<&str> = body["invalidParams"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(names, bad, "{query}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_down_or_slow_backend_gives_a_partial_answer_within_the_timeout() {
+    let fast = Backend::start(Duration::ZERO, json!({"count": 4, "totalWeightKg": 2.0})).await;
+    let slow = Backend::start(
+        Duration::from_secs(5),
+        json!({"traveledMiles": 1.0, "assignedHours": 1.0}),
+    )
+    .await;
+    let mut args = args(closed_port().await, fast.url(), slow.url());
+    args.backend_timeout_ms = 400;
+    let app = gateway(&args);
+    let started = Instant::now();
+    let (status, _, invoice, _) = get(&app, INVOICE).await;
+    let elapsed = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(invoice["partial"], true);
+    assert_eq!(invoice["deliveries"], Value::Null);
+    assert_eq!(invoice["utilization"], Value::Null);
+    assert_eq!(
+        invoice["packages"],
+        json!({"count": 4, "totalWeightKg": 2.0})
+    );
+    let errors = invoice["errors"].as_array().expect("errors");
+    let backends: Vec<&str> = errors
+        .iter()
+        .filter_map(|e| e["backend"].as_str())
+        .collect();
+    assert_eq!(backends, ["deliveries", "utilization"]);
+    assert!(errors[1]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .contains("400 ms"));
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "bounded by the 400 ms timeout, not the 5 s backend: {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_fan_out_follows_the_slowest_backend_not_the_sum() {
+    let a = Backend::start(Duration::from_millis(300), json!({"count": 1})).await;
+    let b = Backend::start(
+        Duration::from_millis(400),
+        json!({"count": 1, "totalWeightKg": 1.0}),
+    )
+    .await;
+    let c = Backend::start(
+        Duration::from_millis(500),
+        json!({"traveledMiles": 1.0, "assignedHours": 1.0}),
+    )
+    .await;
+    let app = gateway(&args(a.url(), b.url(), c.url()));
+    get(&app, INVOICE).await;
+    let started = Instant::now();
+    let (status, _, invoice, _) = get(&app, INVOICE).await;
+    let elapsed = started.elapsed();
+    assert_eq!((status, &invoice["partial"]), (200, &json!(false)));
+    assert!(elapsed >= Duration::from_millis(500), "{elapsed:?}");
+    assert!(
+        elapsed < Duration::from_millis(1100),
+        "parallel calls take about the slowest (500 ms), serial would take 1200 ms: {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn overload_is_shed_fast_with_503_and_the_gateway_recovers() {
+    let slow = Backend::start(Duration::from_millis(600), every_section()).await;
+    let mut args = args(slow.url(), slow.url(), slow.url());
+    args.max_concurrency = 2;
+    let app = gateway(&args);
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let (status, _, _, retry_after) = get(&app, INVOICE).await;
+                (status, retry_after, started.elapsed())
+            })
+        })
+        .collect();
+    let mut shed = 0;
+    let mut served = 0;
+    for call in calls {
+        let (status, retry_after, elapsed) = call.await.expect("task");
+        match status {
+            503 => {
+                shed += 1;
+                assert!(retry_after.is_some(), "503 carries Retry-After");
+                assert!(
+                    elapsed < Duration::from_millis(400),
+                    "shed without waiting: {elapsed:?}"
+                );
+            }
+            200 => served += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert!(served >= 2 && shed >= 1, "served {served}, shed {shed}");
+    let (status, _, invoice, _) = get(&app, INVOICE).await;
+    assert_eq!(
+        (status, &invoice["partial"]),
+        (200, &json!(false)),
+        "recovers once load drops"
+    );
+}
+
+#[tokio::test]
+async fn openapi_describes_the_invoice_route() {
+    let backend = Backend::start(Duration::ZERO, json!({})).await;
+    let app = gateway(&args(backend.url(), backend.url(), backend.url()));
+    let (status, _, doc, _) = get(&app, "/openapi.json").await;
+    assert_eq!(status, StatusCode::OK.as_u16());
+    assert_eq!(doc["openapi"], "3.0.3");
+    let params: Vec<&str> = doc["paths"]["/api/invoices"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(params, ["ownerId", "year", "month"]);
+    let invoice = &doc["components"]["schemas"]["Invoice"];
+    for field in ["deliveries", "packages", "utilization", "partial", "errors"] {
+        assert!(
+            invoice["properties"].get(field).is_some(),
+            "{field}: {invoice}"
+        );
+    }
+}
