@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::stats::PartitionSnapshot;
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -125,7 +125,7 @@ pub struct ModelConfig {
     pub jitter: Option<f64>,
 }
 
-fn describe(settings: &crate::server::ModelSettings) -> ModelConfig {
+fn describe(settings: &crate::state::ModelSettings) -> ModelConfig {
     let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
     ModelConfig {
         throttling: Some(settings.throttling),

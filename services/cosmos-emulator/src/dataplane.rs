@@ -7,12 +7,12 @@ use axum::http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::api::{CosmosRequest, CosmosResponse};
 use crate::epk::{parse_epk, LogicalKey};
 use crate::error::{ApiError, ApiResult};
 use crate::headers;
-use crate::server::{AppState, ModelSettings};
+use crate::protocol::{CosmosRequest, CosmosResponse};
 use crate::sql::{PreparedQuery, Projection, QuerySpec};
+use crate::state::{AppState, ModelSettings};
 use crate::store::{Container, Partition, Scope};
 use crate::throughput::charge;
 

@@ -6,6 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::headers;
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -53,6 +54,18 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "RequestEntityTooLarge",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalServerError",
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid(m) => Self::BadRequest(m),
+            StoreError::NotFound(m) => Self::NotFound(m),
+            StoreError::Conflict(m) => Self::Conflict(m),
+            StoreError::TooLarge(m) => Self::PayloadTooLarge(m),
+            persist @ StoreError::Persist(_) => Self::Internal(persist.to_string()),
         }
     }
 }

@@ -1,54 +1,17 @@
-//! Application state, router and server loop.
+//! The router and the server loop.
 
 use std::future::Future;
-use std::sync::{Arc, RwLock};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, MasterKey};
-use crate::store::{Store, WalError};
-use crate::throughput::LatencyModel;
+use crate::state::AppState;
 use crate::{admin, api};
 
 /// Cosmos accepts documents up to 2 MB; leave room for the request envelope.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-#[derive(Clone)]
-pub struct AppState {
-    pub store: Arc<Store>,
-    pub key: Arc<MasterKey>,
-    /// The throughput and latency models, adjustable at run time (`/_emulator/config`).
-    pub model: Arc<RwLock<ModelSettings>>,
-}
-
-/// Throttling on/off and the latency model.
-#[derive(Debug, Clone)]
-pub struct ModelSettings {
-    pub throttling: bool,
-    pub latency: LatencyModel,
-}
-
-impl AppState {
-    pub fn model(&self) -> ModelSettings {
-        self.model.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn new(config: &Config) -> Result<Self, WalError> {
-        let store = Store::open(config.layout(), config.data_dir.as_deref())?;
-        Ok(Self {
-            store: Arc::new(store),
-            key: Arc::new(config.key.clone()),
-            model: Arc::new(RwLock::new(ModelSettings {
-                throttling: config.throttling,
-                latency: config.latency_model(),
-            })),
-        })
-    }
-}
-
 pub fn build_app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

@@ -17,7 +17,9 @@ pub use partition::{Document, Partition, PartitionData, Scope};
 pub use wal::{Record, Wal, WalError};
 
 use crate::epk::{split_ranges, LogicalKey, MAX_PARTITIONS};
-use crate::error::{ApiError, ApiResult};
+mod error;
+
+pub use error::{StoreError, StoreResult};
 
 /// How containers are laid out; from the command line.
 #[derive(Debug, Clone)]
@@ -105,12 +107,12 @@ impl Database {
     }
 
     /// Finds a container by id or by resource id (the SDK uses both).
-    pub fn container(&self, name_or_rid: &str) -> ApiResult<Arc<Container>> {
+    pub fn container(&self, name_or_rid: &str) -> StoreResult<Arc<Container>> {
         self.containers()
             .into_iter()
             .find(|c| c.id == name_or_rid || c.rid == name_or_rid)
             .ok_or_else(|| {
-                ApiError::NotFound(format!(
+                StoreError::NotFound(format!(
                     "container '{name_or_rid}' does not exist in database '{}'",
                     self.id
                 ))
@@ -131,11 +133,11 @@ impl Container {
             .unwrap_or(&self.partitions[0])
     }
 
-    pub fn partition_by_id(&self, id: &str) -> ApiResult<&Partition> {
+    pub fn partition_by_id(&self, id: &str) -> StoreResult<&Partition> {
         // The SDK may send "<collection rid>,<range id>".
         let id = id.rsplit(',').next().unwrap_or(id).trim();
         self.partitions.iter().find(|p| p.id == id).ok_or_else(|| {
-            ApiError::NotFound(format!(
+            StoreError::NotFound(format!(
                 "partition key range '{id}' does not exist in container '{}'",
                 self.id
             ))
@@ -272,10 +274,10 @@ impl Store {
         Ok(store)
     }
 
-    fn log(&self, record: &Record) -> ApiResult<()> {
+    fn log(&self, record: &Record) -> StoreResult<()> {
         if let Some(wal) = &self.wal {
             wal.append(record)
-                .map_err(|e| ApiError::Internal(format!("could not persist the change: {e}")))?;
+                .map_err(|e| StoreError::Persist(e.to_string()))?;
         }
         Ok(())
     }
@@ -309,18 +311,18 @@ impl Store {
             .clone()
     }
 
-    pub fn database(&self, name_or_rid: &str) -> ApiResult<Arc<Database>> {
+    pub fn database(&self, name_or_rid: &str) -> StoreResult<Arc<Database>> {
         self.databases()
             .into_iter()
             .find(|d| d.id == name_or_rid || d.rid == name_or_rid)
-            .ok_or_else(|| ApiError::NotFound(format!("database '{name_or_rid}' does not exist")))
+            .ok_or_else(|| StoreError::NotFound(format!("database '{name_or_rid}' does not exist")))
     }
 
-    pub fn container(&self, db: &str, coll: &str) -> ApiResult<Arc<Container>> {
+    pub fn container(&self, db: &str, coll: &str) -> StoreResult<Arc<Container>> {
         self.database(db)?.container(coll)
     }
 
-    pub fn create_database(&self, body: &Value, throughput: Option<f64>) -> ApiResult<Value> {
+    pub fn create_database(&self, body: &Value, throughput: Option<f64>) -> StoreResult<Value> {
         let id = resource_id_field(body)?;
         let rid = encode_rid(&(self.ordinal() as u32).to_be_bytes());
         let resource = json!({
@@ -334,7 +336,7 @@ impl Store {
         });
         let mut dbs = self.databases.write().unwrap_or_else(|e| e.into_inner());
         if dbs.iter().any(|d| d.id == id) {
-            return Err(ApiError::Conflict(format!(
+            return Err(StoreError::Conflict(format!(
                 "database '{id}' already exists"
             )));
         }
@@ -358,13 +360,13 @@ impl Store {
         Ok(resource)
     }
 
-    pub fn delete_database(&self, name_or_rid: &str) -> ApiResult<()> {
+    pub fn delete_database(&self, name_or_rid: &str) -> StoreResult<()> {
         let mut dbs = self.databases.write().unwrap_or_else(|e| e.into_inner());
         let index = dbs
             .iter()
             .position(|d| d.id == name_or_rid || d.rid == name_or_rid)
             .ok_or_else(|| {
-                ApiError::NotFound(format!("database '{name_or_rid}' does not exist"))
+                StoreError::NotFound(format!("database '{name_or_rid}' does not exist"))
             })?;
         self.log(&Record::DeleteDatabase {
             id: dbs[index].id.clone(),
@@ -379,7 +381,7 @@ impl Store {
         db: &Database,
         body: &Value,
         throughput: Option<f64>,
-    ) -> ApiResult<Value> {
+    ) -> StoreResult<Value> {
         let id = resource_id_field(body)?;
         let partitions = self
             .layout
@@ -397,24 +399,24 @@ impl Store {
         throughput: Option<f64>,
         partitions: usize,
         existing: Option<&Value>,
-    ) -> ApiResult<Value> {
+    ) -> StoreResult<Value> {
         let id = resource_id_field(body)?;
         let mut pk = body.get("partitionKey").cloned().ok_or_else(|| {
-            ApiError::BadRequest("partitionKey is required when creating a container".into())
+            StoreError::Invalid("partitionKey is required when creating a container".into())
         })?;
         if let Some(map) = pk.as_object_mut() {
             map.entry("kind").or_insert_with(|| json!("Hash"));
             map.entry("version").or_insert_with(|| json!(2));
         }
         let definition: PartitionKeyDefinition = serde_json::from_value(pk.clone())
-            .map_err(|e| ApiError::BadRequest(format!("invalid partitionKey definition: {e}")))?;
+            .map_err(|e| StoreError::Invalid(format!("invalid partitionKey definition: {e}")))?;
         if definition.paths().is_empty()
             || definition
                 .paths()
                 .iter()
                 .any(|p| !p.starts_with('/') || p.len() < 2)
         {
-            return Err(ApiError::BadRequest(
+            return Err(StoreError::Invalid(
                 "partitionKey.paths must hold paths like \"/ownerId\"".into(),
             ));
         }
@@ -470,7 +472,7 @@ impl Store {
             .to_owned();
         let mut containers = db.containers.write().unwrap_or_else(|e| e.into_inner());
         if containers.iter().any(|c| c.id == id) {
-            return Err(ApiError::Conflict(format!(
+            return Err(StoreError::Conflict(format!(
                 "container '{id}' already exists in database '{}'",
                 db.id
             )));
@@ -510,13 +512,13 @@ impl Store {
         Ok(resource)
     }
 
-    pub fn delete_container(&self, db: &Database, name_or_rid: &str) -> ApiResult<()> {
+    pub fn delete_container(&self, db: &Database, name_or_rid: &str) -> StoreResult<()> {
         let mut containers = db.containers.write().unwrap_or_else(|e| e.into_inner());
         let index = containers
             .iter()
             .position(|c| c.id == name_or_rid || c.rid == name_or_rid)
             .ok_or_else(|| {
-                ApiError::NotFound(format!("container '{name_or_rid}' does not exist"))
+                StoreError::NotFound(format!("container '{name_or_rid}' does not exist"))
             })?;
         self.log(&Record::DeleteContainer {
             database: db.id.clone(),
@@ -545,15 +547,15 @@ impl Store {
         out
     }
 
-    pub fn offer(&self, offer_id: &str) -> ApiResult<OfferTarget> {
+    pub fn offer(&self, offer_id: &str) -> StoreResult<OfferTarget> {
         self.offers()
             .into_iter()
             .find(|o| o.offer_id().eq_ignore_ascii_case(offer_id))
-            .ok_or_else(|| ApiError::NotFound(format!("offer '{offer_id}' does not exist")))
+            .ok_or_else(|| StoreError::NotFound(format!("offer '{offer_id}' does not exist")))
     }
 
     /// Replaces provisioned throughput; takes effect immediately on every partition.
-    pub fn set_throughput(&self, target: &OfferTarget, ru_per_second: f64) -> ApiResult<()> {
+    pub fn set_throughput(&self, target: &OfferTarget, ru_per_second: f64) -> StoreResult<()> {
         self.log(&Record::SetThroughput {
             database: target.database.id.clone(),
             container: target.container.as_ref().map(|c| c.id.clone()),
@@ -591,23 +593,23 @@ impl Store {
         container: &Container,
         mut body: Value,
         previous: Option<&Document>,
-    ) -> ApiResult<Document> {
+    ) -> StoreResult<Document> {
         let id = match body.get("id") {
             Some(Value::String(id)) => id.clone(),
             Some(_) => {
-                return Err(ApiError::BadRequest(
+                return Err(StoreError::Invalid(
                     "the document's \"id\" must be a string".into(),
                 ))
             }
             None => {
-                return Err(ApiError::BadRequest(
+                return Err(StoreError::Invalid(
                     "the document has no \"id\" property".into(),
                 ))
             }
         };
         validate_id(&id)?;
         let key = LogicalKey::from_document(&body, &container.partition_key)
-            .map_err(|e| ApiError::BadRequest(e.0))?;
+            .map_err(|e| StoreError::Invalid(e.0))?;
         let rid = match previous
             .and_then(|p| p.body.get("_rid"))
             .and_then(Value::as_str)
@@ -620,7 +622,7 @@ impl Store {
             }
         };
         let Some(map) = body.as_object_mut() else {
-            return Err(ApiError::BadRequest(
+            return Err(StoreError::Invalid(
                 "a document must be a JSON object".into(),
             ));
         };
@@ -637,7 +639,7 @@ impl Store {
         map.insert("_ts".into(), json!(now_secs()));
         let size = serde_json::to_vec(&body).map(|v| v.len()).unwrap_or(0);
         if size > MAX_DOCUMENT_BYTES {
-            return Err(ApiError::PayloadTooLarge(format!(
+            return Err(StoreError::TooLarge(format!(
                 "the document is {size} bytes; the limit is 2 MB"
             )));
         }
@@ -657,7 +659,7 @@ impl Store {
         container: &Container,
         data: &mut PartitionData,
         doc: Document,
-    ) -> ApiResult<()> {
+    ) -> StoreResult<()> {
         self.log(&Record::PutDocument {
             database: container.database_id.clone(),
             container: container.id.clone(),
@@ -673,7 +675,7 @@ impl Store {
         data: &mut PartitionData,
         partition_key: &str,
         id: &str,
-    ) -> ApiResult<()> {
+    ) -> StoreResult<()> {
         self.log(&Record::DeleteDocument {
             database: container.database_id.clone(),
             container: container.id.clone(),
@@ -685,7 +687,7 @@ impl Store {
     }
 
     /// Applies a logged change during replay (without logging it again).
-    fn apply(&self, record: Record) -> ApiResult<()> {
+    fn apply(&self, record: Record) -> StoreResult<()> {
         match record {
             Record::CreateDatabase { resource } => {
                 let id = resource_id_field(&resource)?;
@@ -747,7 +749,7 @@ impl Store {
             } => {
                 let container = self.container(&database, &container)?;
                 let key = LogicalKey::from_document(&document, &container.partition_key)
-                    .map_err(|e| ApiError::BadRequest(e.0))?;
+                    .map_err(|e| StoreError::Invalid(e.0))?;
                 if let Some(rid) = document.get("_rid").and_then(Value::as_str) {
                     self.observe_rid(rid);
                 }
@@ -769,7 +771,7 @@ impl Store {
             } => {
                 let container = self.container(&database, &container)?;
                 let key = LogicalKey::from_header(&partition_key, &container.partition_key)
-                    .map_err(|e| ApiError::BadRequest(e.0))?;
+                    .map_err(|e| StoreError::Invalid(e.0))?;
                 container.partition_for(&key).write().remove(&key.json, &id);
             }
         }
@@ -821,24 +823,24 @@ impl Store {
 /// Cosmos's item size limit.
 pub const MAX_DOCUMENT_BYTES: usize = 2 * 1024 * 1024;
 
-fn resource_id_field(body: &Value) -> ApiResult<String> {
+fn resource_id_field(body: &Value) -> StoreResult<String> {
     let id = body
         .get("id")
         .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::BadRequest("the resource has no string \"id\" property".into()))?;
+        .ok_or_else(|| StoreError::Invalid("the resource has no string \"id\" property".into()))?;
     validate_id(id)?;
     Ok(id.to_owned())
 }
 
 /// Cosmos ids: 1–255 characters, none of `/ \ ? #`.
-fn validate_id(id: &str) -> ApiResult<()> {
+fn validate_id(id: &str) -> StoreResult<()> {
     if id.is_empty() || id.chars().count() > 255 {
-        return Err(ApiError::BadRequest(
+        return Err(StoreError::Invalid(
             "an id must be between 1 and 255 characters long".into(),
         ));
     }
     if id.contains(['/', '\\', '?', '#']) {
-        return Err(ApiError::BadRequest(format!(
+        return Err(StoreError::Invalid(format!(
             "the id {id:?} contains one of the characters '/', '\\\\', '?', '#', which Cosmos DB does not allow"
         )));
     }
