@@ -50,8 +50,8 @@ pub struct StageReport {
     pub series: Vec<SecondSample>,
     pub cosmos_series: Vec<CosmosSample>,
     /// What the stage's traces say (absent when no trace API was reachable).
-    pub diagnosis: Option<crate::diagnose::Diagnosis>,
-    pub trace_links: Option<crate::diagnose::TraceLinks>,
+    pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
+    pub trace_links: Option<trace_analysis::client::TraceLinks>,
 }
 
 impl StageReport {
@@ -101,7 +101,7 @@ impl StageReport {
         if let Some(d) = &self.diagnosis {
             for (i, f) in d.findings.iter().enumerate() {
                 let class = match (i, f.kind) {
-                    (_, crate::diagnose::FindingKind::NoCosmosBottleneck) => "finding ok",
+                    (_, trace_analysis::diagnosis::FindingKind::NoCosmosBottleneck) => "finding ok",
                     (0, _) => "finding",
                     _ => "finding also",
                 };

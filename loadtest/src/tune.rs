@@ -12,7 +12,9 @@ use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::CosmosClient;
 
 use crate::calibration::{EmulatorModel, RunProfile};
-use crate::diagnose::{self, TraceApi, TraceWindow};
+use trace_analysis::client::{self, TraceApi, TraceWindow};
+
+use crate::diagnose;
 use crate::emulator::{self, EmulatorAdmin, EmulatorSnapshot};
 use crate::load::{self, LoadSummary, Percentiles, Target};
 use crate::promtext;
@@ -427,7 +429,7 @@ async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut
         limit: TRACES_PER_DIAGNOSIS,
     };
     tokio::time::sleep(SPAN_FLUSH_WAIT).await;
-    match diagnose::diagnose_window(api, &window).await {
+    match client::diagnose_window(api, &window).await {
         Ok((diagnosis, links)) => {
             if let Some(verdict) = diagnosis.verdict() {
                 eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);

@@ -17,8 +17,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::analysis::{summarize, TraceSummary};
-use crate::jaeger::{self, ApiError, Envelope, Operation};
+use trace_analysis::jaeger::{self, ApiError, Envelope, Operation};
+use trace_analysis::summary::{summarize, TraceSummary};
+
+use crate::jaeger::from_stored;
 use crate::store::{parse_trace_id, Store, StoreStats, TraceQuery};
 
 /// Traces returned when `limit` is not given (Jaeger UI's default).
@@ -153,7 +155,7 @@ async fn find_traces(
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Envelope<Vec<jaeger::Trace>>>, ApiProblem> {
     let query = parse_trace_query(&params, now_ns())?;
-    let traces = store.find(&query, jaeger::from_stored);
+    let traces = store.find(&query, from_stored);
     let total = traces.len();
     Ok(Json(Envelope::new(traces, total)))
 }
@@ -164,7 +166,7 @@ fn stored_trace(store: &Store, id: &str) -> Result<jaeger::Trace, ApiProblem> {
         detail: "must be 1 to 32 hexadecimal digits".into(),
     })?;
     store
-        .get(&parsed, jaeger::from_stored)
+        .get(&parsed, from_stored)
         .ok_or_else(|| ApiProblem::TraceNotFound(id.to_owned()))
 }
 

@@ -9,9 +9,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-
 pub type TraceId = [u8; 16];
 pub type SpanId = [u8; 8];
 
@@ -80,17 +77,6 @@ pub enum SpanKind {
 }
 
 impl SpanKind {
-    fn from_otlp(kind: i32) -> Self {
-        match kind {
-            1 => Self::Internal,
-            2 => Self::Server,
-            3 => Self::Client,
-            4 => Self::Producer,
-            5 => Self::Consumer,
-            _ => Self::Unspecified,
-        }
-    }
-
     /// The `span.kind` tag value Jaeger uses (none for internal spans).
     pub fn jaeger_name(self) -> Option<&'static str> {
         match self {
@@ -267,13 +253,21 @@ pub struct Ingested {
     pub rejected: usize,
 }
 
+/// Spans a receiver decoded, ready to store, and how many it could not decode.
 #[derive(Debug, Default)]
-struct Interner {
+pub struct Batch {
+    pub spans: Vec<(TraceId, StoredSpan)>,
+    pub rejected: usize,
+}
+
+/// Shares the strings spans repeat (names, keys, values) up to a bound.
+#[derive(Debug, Default)]
+pub struct Interner {
     strings: HashSet<Arc<str>>,
 }
 
 impl Interner {
-    fn intern(&mut self, s: &str) -> Arc<str> {
+    pub fn intern(&mut self, s: &str) -> Arc<str> {
         if let Some(existing) = self.strings.get(s) {
             return existing.clone();
         }
@@ -323,10 +317,16 @@ impl Store {
         }
     }
 
-    /// Adds every valid span of an OTLP export request; spans with malformed ids are
-    /// counted as rejected (OTLP's partial success).
-    pub fn ingest(&self, request: ExportTraceServiceRequest) -> Ingested {
-        let (spans, rejected) = self.convert(request);
+    /// Runs `decode` with the store's string interner: repeated names and values share
+    /// one allocation, which keeps memory per span small.
+    pub fn decode<T>(&self, decode: impl FnOnce(&mut Interner) -> T) -> T {
+        decode(&mut self.interner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Adds a receiver's batch; spans it rejected, and spans beyond the per-trace limit,
+    /// are counted as rejected (OTLP's partial success).
+    pub fn ingest(&self, batch: Batch) -> Ingested {
+        let Batch { spans, rejected } = batch;
         let accepted = spans.len();
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.stats.received_spans += (accepted + rejected) as u64;
@@ -343,106 +343,6 @@ impl Store {
             accepted: accepted - dropped,
             rejected: rejected + dropped,
         }
-    }
-
-    fn convert(&self, request: ExportTraceServiceRequest) -> (Vec<(TraceId, StoredSpan)>, usize) {
-        let mut interner = self.interner.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = Vec::new();
-        let mut rejected = 0;
-        for resource_spans in request.resource_spans {
-            let mut service: Arc<str> = Arc::from("unknown_service");
-            let mut tags = Vec::new();
-            for kv in resource_spans
-                .resource
-                .map(|r| r.attributes)
-                .unwrap_or_default()
-            {
-                let attr = convert_attr(&mut interner, kv);
-                match (&*attr.key, &attr.value) {
-                    ("service.name", Value::Str(name)) => service = name.clone(),
-                    _ => tags.push(attr),
-                }
-            }
-            let process = Arc::new(Process { service, tags });
-            for scope_spans in resource_spans.scope_spans {
-                let scope = scope_spans
-                    .scope
-                    .map(|s| s.name)
-                    .filter(|n| !n.is_empty())
-                    .map(|n| interner.intern(&n));
-                for span in scope_spans.spans {
-                    let (Ok(trace_id), Ok(span_id)) = (
-                        TraceId::try_from(span.trace_id.as_slice()),
-                        SpanId::try_from(span.span_id.as_slice()),
-                    ) else {
-                        rejected += 1;
-                        continue;
-                    };
-                    if trace_id == [0; 16] || span_id == [0; 8] {
-                        rejected += 1;
-                        continue;
-                    }
-                    let parent = SpanId::try_from(span.parent_span_id.as_slice())
-                        .ok()
-                        .filter(|p| *p != [0; 8]);
-                    let (status, status_message) = match span.status {
-                        Some(s) => (
-                            match s.code {
-                                1 => StatusCode::Ok,
-                                2 => StatusCode::Error,
-                                _ => StatusCode::Unset,
-                            },
-                            Some(s.message)
-                                .filter(|m| !m.is_empty())
-                                .map(|m| Arc::from(m.as_str())),
-                        ),
-                        None => (StatusCode::Unset, None),
-                    };
-                    let stored = StoredSpan {
-                        span_id,
-                        parent,
-                        name: interner.intern(&span.name),
-                        kind: SpanKind::from_otlp(span.kind),
-                        start_ns: span.start_time_unix_nano,
-                        end_ns: span.end_time_unix_nano.max(span.start_time_unix_nano),
-                        attributes: span
-                            .attributes
-                            .into_iter()
-                            .map(|kv| convert_attr(&mut interner, kv))
-                            .collect(),
-                        events: span
-                            .events
-                            .into_iter()
-                            .map(|e| Event {
-                                time_ns: e.time_unix_nano,
-                                name: interner.intern(&e.name),
-                                attributes: e
-                                    .attributes
-                                    .into_iter()
-                                    .map(|kv| convert_attr(&mut interner, kv))
-                                    .collect(),
-                            })
-                            .collect(),
-                        links: span
-                            .links
-                            .iter()
-                            .filter_map(|l| {
-                                Some((
-                                    TraceId::try_from(l.trace_id.as_slice()).ok()?,
-                                    SpanId::try_from(l.span_id.as_slice()).ok()?,
-                                ))
-                            })
-                            .collect(),
-                        status,
-                        status_message,
-                        scope: scope.clone(),
-                        process: process.clone(),
-                    };
-                    out.push((trace_id, stored));
-                }
-            }
-        }
-        (out, rejected)
     }
 
     /// Runs `render` on each matching trace, newest first, up to `query.limit`.
@@ -563,58 +463,6 @@ impl Inner {
     }
 }
 
-fn convert_attr(interner: &mut Interner, kv: KeyValue) -> Attr {
-    Attr {
-        key: interner.intern(&kv.key),
-        value: convert_value(interner, kv.value),
-    }
-}
-
-fn convert_value(interner: &mut Interner, value: Option<AnyValue>) -> Value {
-    match value.and_then(|v| v.value) {
-        Some(any_value::Value::StringValue(s)) => Value::Str(interner.intern(&s)),
-        Some(any_value::Value::BoolValue(b)) => Value::Bool(b),
-        Some(any_value::Value::IntValue(i)) => Value::Int(i),
-        Some(any_value::Value::DoubleValue(f)) => Value::Float(f),
-        Some(other) => Value::Str(Arc::from(json_text(&other).to_string().as_str())),
-        None => Value::Str(interner.intern("")),
-    }
-}
-
-/// Arrays, maps and bytes as JSON (bytes as an array of numbers).
-fn json_text(value: &any_value::Value) -> serde_json::Value {
-    use any_value::Value as V;
-    match value {
-        V::StringValue(s) => s.as_str().into(),
-        V::BoolValue(b) => (*b).into(),
-        V::IntValue(i) => (*i).into(),
-        V::DoubleValue(f) => (*f).into(),
-        V::BytesValue(b) => b.as_slice().into(),
-        // An index into a profile's string table: only meaningful there.
-        V::StringValueStrindex(i) => (*i).into(),
-        V::ArrayValue(a) => a
-            .values
-            .iter()
-            .filter_map(|v| v.value.as_ref().map(json_text))
-            .collect(),
-        V::KvlistValue(l) => l
-            .values
-            .iter()
-            .map(|kv| {
-                (
-                    kv.key.clone(),
-                    kv.value
-                        .as_ref()
-                        .and_then(|v| v.value.as_ref())
-                        .map(json_text)
-                        .unwrap_or(serde_json::Value::Null),
-                )
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into(),
-    }
-}
-
 /// Lower-case hex, the form Jaeger prints ids in.
 pub fn to_hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -636,142 +484,6 @@ pub fn parse_trace_id(text: &str) -> Option<TraceId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-
-    fn request(service: &str, trace: u8, spans: u8) -> ExportTraceServiceRequest {
-        let spans = (1..=spans)
-            .map(|i| Span {
-                trace_id: vec![trace; 16],
-                span_id: vec![i; 8],
-                name: format!("op{}", i % 2),
-                start_time_unix_nano: 1_000 * u64::from(i),
-                end_time_unix_nano: 1_000 * u64::from(i) + 500,
-                attributes: vec![KeyValue {
-                    key: "db.response.status_code".into(),
-                    value: Some(AnyValue {
-                        value: Some(any_value::Value::StringValue(if i == 2 {
-                            "429".into()
-                        } else {
-                            "200".into()
-                        })),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
-            .collect();
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes: vec![KeyValue {
-                        key: "service.name".into(),
-                        value: Some(AnyValue {
-                            value: Some(any_value::Value::StringValue(service.into())),
-                        }),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-    }
-
-    fn query(limit: usize) -> TraceQuery {
-        TraceQuery {
-            limit,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn evicts_oldest_traces_first_and_keeps_counts_exact() {
-        let store = Store::new(Limits {
-            max_spans: 10,
-            max_bytes: usize::MAX,
-        });
-        for trace in 1..=5u8 {
-            store.ingest(request("svc", trace, 4));
-        }
-        let stats = store.stats();
-        assert_eq!(stats.spans, 8);
-        assert_eq!(stats.traces, 2);
-        assert_eq!(stats.evicted_traces, 3);
-        let kept: Vec<u8> = store.find(&query(10), |t| t.id[0]);
-        assert_eq!(kept, vec![5, 4]);
-        let same = Store::new(Limits {
-            max_spans: 10,
-            max_bytes: usize::MAX,
-        });
-        same.ingest(request("svc", 4, 4));
-        same.ingest(request("svc", 5, 4));
-        assert_eq!(
-            stats.bytes,
-            same.stats().bytes,
-            "eviction returns exactly what was counted"
-        );
-        assert!(store.get(&[1; 16], |_| ()).is_none());
-        assert_eq!(store.services(), vec!["svc".to_owned()]);
-    }
-
-    #[test]
-    fn byte_limit_evicts_and_services_disappear_with_their_traces() {
-        let one = Store::new(Limits {
-            max_spans: usize::MAX,
-            max_bytes: usize::MAX,
-        });
-        one.ingest(request("a", 1, 3));
-        let trace_bytes = one.stats().bytes;
-        let store = Store::new(Limits {
-            max_spans: usize::MAX,
-            max_bytes: trace_bytes * 2,
-        });
-        store.ingest(request("a", 1, 3));
-        store.ingest(request("b", 2, 3));
-        store.ingest(request("b", 3, 3));
-        assert!(store.stats().bytes <= trace_bytes * 2);
-        assert_eq!(store.services(), vec!["b".to_owned()]);
-        assert!(store.operations("a").is_none());
-    }
-
-    #[test]
-    fn malformed_ids_are_rejected_not_stored() {
-        let store = Store::new(Limits {
-            max_spans: 100,
-            max_bytes: usize::MAX,
-        });
-        let mut bad = request("svc", 1, 2);
-        bad.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![1; 3];
-        bad.resource_spans[0].scope_spans[0].spans[1].span_id = vec![0; 8];
-        assert_eq!(
-            store.ingest(bad),
-            Ingested {
-                accepted: 0,
-                rejected: 2
-            }
-        );
-        assert_eq!(store.stats().spans, 0);
-    }
-
-    #[test]
-    fn tag_filters_match_one_span_by_text() {
-        let store = Store::new(Limits {
-            max_spans: 100,
-            max_bytes: usize::MAX,
-        });
-        store.ingest(request("svc", 1, 1));
-        store.ingest(request("svc", 2, 2));
-        let mut q = query(10);
-        q.tags = vec![("db.response.status_code".into(), "429".into())];
-        assert_eq!(store.find(&q, |t| t.id[0]), vec![2]);
-        q.operation = Some("op1".into());
-        assert!(store.find(&q, |t| t.id[0]).is_empty(), "429 span is op0");
-    }
 
     #[test]
     fn trace_ids_parse_with_or_without_leading_zeros() {

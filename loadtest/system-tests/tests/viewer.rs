@@ -10,8 +10,8 @@ use dronelab_contract::Container;
 use serde_json::Value;
 use service_kit::OtlpProtocol;
 use system_tests::*;
-use trace_viewer::analysis::TraceSummary;
-use trace_viewer::jaeger::{Envelope, Trace};
+use trace_analysis::jaeger::{Envelope, Trace};
+use trace_analysis::summary::TraceSummary;
 
 struct Viewer {
     ui: String,
@@ -217,7 +217,7 @@ async fn real_otlp_export_over_grpc_and_http_reads_back_through_the_jaeger_api()
     let attempts = trace
         .spans
         .iter()
-        .filter(|s| trace_viewer::analysis::is_cosmos_attempt(s))
+        .filter(|s| trace_analysis::summary::is_cosmos_attempt(s))
         .count();
     assert_eq!(summary.cosmos_attempts, attempts);
     assert!(summary.cosmos_throttled >= 1);

@@ -1,0 +1,219 @@
+//! A client of a Jaeger-compatible query API (the trace viewer, or Jaeger's query
+//! service) that reads an entry operation's traces in a time window and diagnoses them.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::diagnosis::{diagnose, entry_traces, Diagnosis};
+use crate::jaeger::{Envelope, Trace};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach the trace API at {url}: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("the trace API at {url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the trace API at {url} did not answer Jaeger JSON: {source}")]
+    Shape { url: String, source: reqwest::Error },
+    #[error(
+        "no {operation:?} traces of {service} in the window; is tracing on and exported to {api}?"
+    )]
+    NoTraces {
+        service: String,
+        operation: String,
+        api: String,
+    },
+}
+
+/// Which traces to read.
+#[derive(Debug, Clone)]
+pub struct TraceWindow {
+    pub service: String,
+    pub operation: String,
+    /// µs since the epoch, or `lookback`.
+    pub start_us: Option<u64>,
+    pub end_us: Option<u64>,
+    pub lookback: Option<String>,
+    pub limit: u32,
+}
+
+/// A Jaeger API client.
+#[derive(Debug, Clone)]
+pub struct TraceApi {
+    base: url::Url,
+    http: reqwest::Client,
+}
+
+impl TraceApi {
+    /// `base` may carry a path prefix (Jaeger's `--query.base-path`).
+    pub fn new(mut base: url::Url) -> Self {
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        Self {
+            base,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn trace_link(&self, trace_id: &str) -> String {
+        format!("{}trace/{trace_id}", self.base)
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, ClientError> {
+        let mut url = self.base.join(path).unwrap_or_else(|_| self.base.clone());
+        url.query_pairs_mut().clear().extend_pairs(query);
+        let shown = url.to_string();
+        let response = self
+            .http
+            .get(url)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: shown.clone(),
+                source,
+            })?;
+        if !response.status().is_success() {
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            return Err(ClientError::Status {
+                url: shown,
+                status,
+                body: body.chars().take(300).collect(),
+            });
+        }
+        response
+            .json()
+            .await
+            .map_err(|source| ClientError::Shape { url: shown, source })
+    }
+
+    fn window_params(window: &TraceWindow) -> Vec<(&'static str, String)> {
+        let mut q = vec![
+            ("service", window.service.clone()),
+            ("limit", window.limit.to_string()),
+        ];
+        if let Some(s) = window.start_us {
+            q.push(("start", s.to_string()));
+        }
+        if let Some(e) = window.end_us {
+            q.push(("end", e.to_string()));
+        }
+        if let Some(l) = &window.lookback {
+            q.push(("lookback", l.clone()));
+        }
+        q
+    }
+
+    /// The entry operation's traces in the window, newest first.
+    pub async fn traces(&self, window: &TraceWindow) -> Result<Vec<Trace>, ClientError> {
+        let mut q = Self::window_params(window);
+        q.push(("operation", window.operation.clone()));
+        let found: Envelope<Vec<Trace>> = self.get("api/traces", &q).await?;
+        Ok(found.data)
+    }
+
+    /// One answered entry trace in the window with a throttled (429) Cosmos attempt.
+    pub async fn throttled_trace(
+        &self,
+        window: &TraceWindow,
+        backend: &str,
+    ) -> Result<Option<String>, ClientError> {
+        let mut q = Self::window_params(&TraceWindow {
+            service: backend.to_owned(),
+            limit: 20,
+            ..window.clone()
+        });
+        q.push((
+            "tags",
+            serde_json::json!({ "db.response.status_code": "429" }).to_string(),
+        ));
+        let found: Envelope<Vec<Trace>> = self.get("api/traces", &q).await?;
+        Ok(
+            entry_traces(&found.data, &window.service, &window.operation)
+                .first()
+                .map(|t| t.trace_id.clone()),
+        )
+    }
+}
+
+/// Links to look at for one stage: a typical trace, the slowest, one with a 429.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceLinks {
+    pub typical: Option<String>,
+    pub slowest: Option<String>,
+    pub throttled: Option<String>,
+}
+
+pub fn pick_links(api: &TraceApi, traces: &[&Trace], throttled: Option<String>) -> TraceLinks {
+    let mut by_duration: Vec<(u64, &str)> = traces
+        .iter()
+        .filter_map(|t| t.root().map(|r| (r.duration, t.trace_id.as_str())))
+        .collect();
+    by_duration.sort_unstable();
+    TraceLinks {
+        typical: by_duration
+            .get(by_duration.len() / 2)
+            .map(|(_, id)| api.trace_link(id)),
+        slowest: by_duration.last().map(|(_, id)| api.trace_link(id)),
+        throttled: throttled.map(|id| api.trace_link(&id)),
+    }
+}
+
+/// Reads the window's traces and diagnoses them; also picks the links.
+pub async fn diagnose_window(
+    api: &TraceApi,
+    window: &TraceWindow,
+) -> Result<(Diagnosis, TraceLinks), ClientError> {
+    let traces = api.traces(window).await?;
+    let entry = entry_traces(&traces, &window.service, &window.operation);
+    if entry.is_empty() {
+        return Err(ClientError::NoTraces {
+            service: window.service.clone(),
+            operation: window.operation.clone(),
+            api: api.base.to_string(),
+        });
+    }
+    let diagnosis = diagnose(&entry, &window.service);
+    let has_429 = |t: &Trace| {
+        t.spans
+            .iter()
+            .any(|s| s.tag_text("db.response.status_code").as_deref() == Some("429"))
+    };
+    let throttled = match entry.iter().find(|t| has_429(t)) {
+        Some(t) => Some(t.trace_id.clone()),
+        None if diagnosis.cosmos.throttled_per_operation > 0.0 => {
+            api.throttled_trace(window, &diagnosis.cosmos.service)
+                .await?
+        }
+        None => None,
+    };
+    let links = pick_links(api, &entry, throttled);
+    Ok((diagnosis, links))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_and_requests_keep_a_base_path() {
+        let api = TraceApi::new("http://127.0.0.1:16686/jaeger".parse().expect("url"));
+        assert_eq!(
+            api.trace_link("ab"),
+            "http://127.0.0.1:16686/jaeger/trace/ab"
+        );
+        let plain = TraceApi::new("http://127.0.0.1:16686".parse().expect("url"));
+        assert_eq!(plain.trace_link("ab"), "http://127.0.0.1:16686/trace/ab");
+    }
+}

@@ -1,0 +1,419 @@
+//! Judging an entry operation's traces: what the bottleneck is, with the numbers that
+//! show it, and what to try next.
+//!
+//! The rules, in order (every one that applies is reported; the first is the verdict):
+//! 1. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
+//!    service's time goes to waiting for retries → provision more RU/s.
+//! 2. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
+//!    but never has more than one attempt in flight → query the partitions in parallel.
+//! 3. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
+//!    → query with the partition key so one partition answers.
+//! 4. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
+//!    the round trip and the services' own work → scale out on CPU if it saturates.
+
+use serde::{Deserialize, Serialize};
+
+use crate::jaeger::Trace;
+use crate::summary::{summarize, TraceSummary};
+
+/// Thresholds of the rules above.
+const THROTTLED_SHARE: f64 = 0.01;
+const RETRY_WAIT_SHARE: f64 = 0.05;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    Throttling,
+    SerialFanOut,
+    CrossPartitionCost,
+    NoCosmosBottleneck,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub title: String,
+    pub evidence: String,
+    pub next_step: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendShare {
+    pub service: String,
+    /// Mean server time per operation (ms).
+    pub avg_ms: f64,
+    /// Of the entry operation's mean latency.
+    pub share_of_latency: f64,
+}
+
+/// The Cosmos figures of the backend that talks to Cosmos the most.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CosmosEvidence {
+    pub service: String,
+    pub calls_per_operation: f64,
+    pub ru_per_operation: f64,
+    pub throttled_per_operation: f64,
+    /// Throttled attempts / all attempts.
+    pub throttled_share: f64,
+    /// Time from sending a 429'd attempt to sending its retry / the service's time.
+    pub retry_wait_share: f64,
+    /// Median over operations of the most attempts in flight at once.
+    pub fan_out_concurrency_p50: f64,
+    pub fan_out_concurrency_max: usize,
+    pub partition_ranges_per_operation: f64,
+    /// Operations that touched more than one partition key range.
+    pub cross_partition_share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub traces: usize,
+    pub entry_latency_avg_ms: f64,
+    pub backends: Vec<BackendShare>,
+    pub dominant_backend: Option<String>,
+    /// Dominant backend's mean time / the next slowest backend's.
+    pub dominant_ratio: f64,
+    pub cosmos: CosmosEvidence,
+    pub findings: Vec<Finding>,
+}
+
+impl Diagnosis {
+    pub fn verdict(&self) -> Option<&Finding> {
+        self.findings.first()
+    }
+
+    /// Human-readable lines (the CLI prints them; the report quotes them).
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "{} traces, {:.0} ms mean latency\n",
+            self.traces, self.entry_latency_avg_ms
+        );
+        if let Some(dominant) = &self.dominant_backend {
+            out.push_str(&format!(
+                "dominant backend: {dominant} ({:.1}× the next slowest)\n",
+                self.dominant_ratio
+            ));
+        }
+        for b in &self.backends {
+            out.push_str(&format!(
+                "  {:22} {:8.1} ms  {:5.1}% of latency\n",
+                b.service,
+                b.avg_ms,
+                b.share_of_latency * 100.0
+            ));
+        }
+        let c = &self.cosmos;
+        out.push_str(&format!(
+            "Cosmos ({}): {:.2} calls and {:.1} RU per operation, {:.1}% of attempts throttled, {:.1}% of its time lost to 429 retries, fan-out concurrency p50 {:.0} (max {}), {:.1} partition ranges per operation ({:.0}% cross-partition)\n",
+            c.service,
+            c.calls_per_operation,
+            c.ru_per_operation,
+            c.throttled_share * 100.0,
+            c.retry_wait_share * 100.0,
+            c.fan_out_concurrency_p50,
+            c.fan_out_concurrency_max,
+            c.partition_ranges_per_operation,
+            c.cross_partition_share * 100.0
+        ));
+        for (i, f) in self.findings.iter().enumerate() {
+            out.push_str(&format!(
+                "{} {}\n    evidence: {}\n    next: {}\n",
+                if i == 0 { "=>" } else { " -" },
+                f.title,
+                f.evidence,
+                f.next_step
+            ));
+        }
+        out
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Traces whose root is the entry operation and that answered 200. A request the load
+/// tool abandoned when its run ended has no status, and its backends' work was cut short
+/// (their Cosmos attempts never recorded): judging by it would undercount.
+pub fn entry_traces<'a>(traces: &'a [Trace], service: &str, operation: &str) -> Vec<&'a Trace> {
+    traces
+        .iter()
+        .filter(|t| {
+            t.root().is_some_and(|r| {
+                t.service_of(r) == service
+                    && r.operation_name == operation
+                    && r.tag_text("http.response.status_code").as_deref() == Some("200")
+            })
+        })
+        .collect()
+}
+
+/// Applies the rules to the entry operation's traces.
+pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
+    let summaries: Vec<TraceSummary> = traces.iter().map(|t| summarize(t)).collect();
+    let n = summaries.len().max(1) as f64;
+    let latency_us = mean(summaries.iter().map(|s| s.duration_us as f64));
+    let mut backend_names: Vec<String> = summaries
+        .iter()
+        .flat_map(|s| s.services.iter())
+        .filter(|s| s.service != entry_service && s.server_time_us > 0)
+        .map(|s| s.service.clone())
+        .collect();
+    backend_names.sort();
+    backend_names.dedup();
+    let mut backends: Vec<BackendShare> = backend_names
+        .into_iter()
+        .map(|service| {
+            let total: u64 = summaries
+                .iter()
+                .filter_map(|s| s.service(&service))
+                .map(|s| s.server_time_us)
+                .sum();
+            let avg_us = total as f64 / n;
+            BackendShare {
+                avg_ms: round(avg_us / 1e3, 1),
+                share_of_latency: if latency_us > 0.0 {
+                    round(avg_us / latency_us, 3)
+                } else {
+                    0.0
+                },
+                service,
+            }
+        })
+        .collect();
+    backends.sort_by(|a, b| b.avg_ms.total_cmp(&a.avg_ms));
+    let dominant_ratio = match backends.as_slice() {
+        [first, second, ..] if second.avg_ms > 0.0 => round(first.avg_ms / second.avg_ms, 1),
+        _ => 0.0,
+    };
+    // The backend that spends the most request units is the one whose Cosmos use
+    // matters (point reads of 1 RU elsewhere do not).
+    let mut ru_by_service = std::collections::BTreeMap::<&str, f64>::new();
+    for s in summaries.iter().flat_map(|s| s.services.iter()) {
+        if s.cosmos_attempts > 0 {
+            *ru_by_service.entry(s.service.as_str()).or_default() += s.request_units;
+        }
+    }
+    let cosmos_service = ru_by_service
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(s, _)| s.to_owned())
+        .unwrap_or_default();
+    let cosmos = cosmos_evidence(&summaries, &cosmos_service);
+    let findings = findings(&cosmos, &backends, latency_us);
+    Diagnosis {
+        traces: summaries.len(),
+        entry_latency_avg_ms: round(latency_us / 1e3, 1),
+        dominant_backend: backends.first().map(|b| b.service.clone()),
+        dominant_ratio,
+        backends,
+        cosmos,
+        findings,
+    }
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence {
+    let per_op: Vec<_> = summaries
+        .iter()
+        .filter_map(|s| s.service(service))
+        .collect();
+    let n = summaries.len().max(1) as f64;
+    let attempts: usize = per_op.iter().map(|s| s.cosmos_attempts).sum();
+    let throttled: usize = per_op.iter().map(|s| s.cosmos_throttled).sum();
+    let server_time: u64 = per_op.iter().map(|s| s.server_time_us).sum();
+    let waiting: u64 = per_op.iter().map(|s| s.retry_wait_us).sum();
+    let with_attempts: Vec<_> = per_op.iter().filter(|s| s.cosmos_attempts > 0).collect();
+    CosmosEvidence {
+        service: service.to_owned(),
+        calls_per_operation: round(attempts as f64 / n, 2),
+        ru_per_operation: round(per_op.iter().map(|s| s.request_units).sum::<f64>() / n, 2),
+        throttled_per_operation: round(throttled as f64 / n, 2),
+        throttled_share: if attempts > 0 {
+            round(throttled as f64 / attempts as f64, 4)
+        } else {
+            0.0
+        },
+        retry_wait_share: if server_time > 0 {
+            round((waiting as f64 / server_time as f64).min(1.0), 4)
+        } else {
+            0.0
+        },
+        fan_out_concurrency_p50: median(
+            with_attempts
+                .iter()
+                .map(|s| s.max_concurrent_attempts as f64)
+                .collect(),
+        ),
+        fan_out_concurrency_max: with_attempts
+            .iter()
+            .map(|s| s.max_concurrent_attempts)
+            .max()
+            .unwrap_or(0),
+        partition_ranges_per_operation: round(
+            mean(with_attempts.iter().map(|s| s.partition_ranges as f64)),
+            2,
+        ),
+        cross_partition_share: if with_attempts.is_empty() {
+            0.0
+        } else {
+            round(
+                with_attempts
+                    .iter()
+                    .filter(|s| s.partition_ranges > 1)
+                    .count() as f64
+                    / with_attempts.len() as f64,
+                3,
+            )
+        },
+    }
+}
+
+fn findings(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let pct = |v: f64| format!("{:.1}%", v * 100.0);
+    if c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE {
+        out.push(Finding {
+            kind: FindingKind::Throttling,
+            title: "Cosmos DB throttling (HTTP 429)".into(),
+            evidence: format!(
+                "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
+                pct(c.throttled_share),
+                c.service,
+                c.throttled_per_operation,
+                pct(c.retry_wait_share)
+            ),
+            next_step: format!(
+                "provision more RU/s: the demand is {:.1} RU per operation and the partitions run out of budget",
+                c.ru_per_operation
+            ),
+        });
+    }
+    let cross = c.partition_ranges_per_operation >= 1.5;
+    if cross && c.fan_out_concurrency_p50 <= 1.0 {
+        out.push(Finding {
+            kind: FindingKind::SerialFanOut,
+            title: "Serial cross-partition fan-out".into(),
+            evidence: format!(
+                "each operation queries {:.1} partition key ranges ({:.2} calls) but never more than {} at a time (median max concurrency {:.0})",
+                c.partition_ranges_per_operation,
+                c.calls_per_operation,
+                c.fan_out_concurrency_max,
+                c.fan_out_concurrency_p50
+            ),
+            next_step: "query the partitions in parallel (query parallelism -1)".into(),
+        });
+    }
+    if cross {
+        out.push(Finding {
+            kind: FindingKind::CrossPartitionCost,
+            title: "Cross-partition query cost".into(),
+            evidence: format!(
+                "{} of operations fan out to {:.1} partition key ranges: {:.2} calls and {:.1} RU per operation",
+                pct(c.cross_partition_share),
+                c.partition_ranges_per_operation,
+                c.calls_per_operation,
+                c.ru_per_operation
+            ),
+            next_step: "query with the partition key (the ownerId-partitioned container): one partition answers, with one call and a fraction of the RU".into(),
+        });
+    }
+    if out.is_empty() {
+        let dominant = backends
+            .first()
+            .map(|b| format!("; {} is {} of latency", b.service, pct(b.share_of_latency)))
+            .unwrap_or_default();
+        out.push(Finding {
+            kind: FindingKind::NoCosmosBottleneck,
+            title: "No Cosmos bottleneck left".into(),
+            evidence: format!(
+                "{:.2} calls and {:.1} RU per operation on a single partition key range, {} throttled, {:.0} ms mean latency{dominant}",
+                c.calls_per_operation,
+                c.ru_per_operation,
+                pct(c.throttled_share),
+                latency_us / 1e3
+            ),
+            next_step: "scale out on CPU: add replicas of the busiest service when its CPU saturates; the rest of the latency is the database round trip".into(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(throttled: f64, wait: f64, ranges: f64, concurrency: f64) -> CosmosEvidence {
+        CosmosEvidence {
+            service: "utilization-service".into(),
+            calls_per_operation: ranges,
+            ru_per_operation: 3.0 * ranges,
+            throttled_share: throttled,
+            retry_wait_share: wait,
+            fan_out_concurrency_p50: concurrency,
+            fan_out_concurrency_max: concurrency as usize,
+            partition_ranges_per_operation: ranges,
+            cross_partition_share: if ranges > 1.0 { 1.0 } else { 0.0 },
+            ..Default::default()
+        }
+    }
+
+    fn kinds(c: &CosmosEvidence) -> Vec<FindingKind> {
+        findings(c, &[], 100_000.0).iter().map(|f| f.kind).collect()
+    }
+
+    #[test]
+    fn rules_in_order_of_what_to_fix_first() {
+        use FindingKind::*;
+        assert_eq!(
+            kinds(&evidence(0.2, 0.1, 9.0, 1.0)),
+            [Throttling, SerialFanOut, CrossPartitionCost]
+        );
+        assert_eq!(
+            kinds(&evidence(0.0, 0.06, 9.0, 9.0))[0],
+            Throttling,
+            "waiting alone counts"
+        );
+        assert_eq!(
+            kinds(&evidence(0.0, 0.0, 9.0, 1.0)),
+            [SerialFanOut, CrossPartitionCost]
+        );
+        assert_eq!(kinds(&evidence(0.0, 0.0, 9.0, 9.0)), [CrossPartitionCost]);
+        assert_eq!(
+            kinds(&evidence(0.005, 0.01, 1.0, 1.0)),
+            [NoCosmosBottleneck]
+        );
+    }
+
+    #[test]
+    fn evidence_quotes_the_numbers() {
+        let f = findings(&evidence(0.25, 0.4, 9.0, 1.0), &[], 1e6);
+        assert!(
+            f[0].evidence.contains("25.0%") && f[0].evidence.contains("40.0%"),
+            "{}",
+            f[0].evidence
+        );
+        assert!(
+            f[1].evidence.contains("9.0 partition key ranges"),
+            "{}",
+            f[1].evidence
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! `trace-analysis`: reading Jaeger-shaped traces and judging them.
+//!
+//! - [`jaeger`]: the Jaeger query API's JSON model;
+//! - [`summary`]: one trace in numbers (per service time, Cosmos attempts, 429s, retry
+//!   waits, fan-out concurrency, partition key ranges); the trace viewer serves it;
+//! - [`diagnosis`]: an operation's traces judged by the study's rules (throttling, serial
+//!   fan-out, cross-partition cost), with evidence and the next step;
+//! - `client` (feature `client`): reads traces from any Jaeger-compatible query API and
+//!   diagnoses a window of them; `loadtest diagnose` and the tuning run use it.
+
+#[cfg(feature = "client")]
+pub mod client;
+pub mod diagnosis;
+pub mod jaeger;
+pub mod summary;

@@ -1,0 +1,178 @@
+//! OTLP spans in the store's form: ids checked, strings interned, attribute values
+//! typed (arrays, maps and bytes kept as JSON text).
+
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+
+use crate::store::{
+    Attr, Batch, Event, Interner, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId, Value,
+};
+
+/// Decodes an export request; spans with malformed or all-zero ids are counted as
+/// rejected, not stored.
+pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> Batch {
+    let mut out = Vec::new();
+    let mut rejected = 0;
+    for resource_spans in request.resource_spans {
+        let mut service: Arc<str> = Arc::from("unknown_service");
+        let mut tags = Vec::new();
+        for kv in resource_spans
+            .resource
+            .map(|r| r.attributes)
+            .unwrap_or_default()
+        {
+            let attr = convert_attr(interner, kv);
+            match (&*attr.key, &attr.value) {
+                ("service.name", Value::Str(name)) => service = name.clone(),
+                _ => tags.push(attr),
+            }
+        }
+        let process = Arc::new(Process { service, tags });
+        for scope_spans in resource_spans.scope_spans {
+            let scope = scope_spans
+                .scope
+                .map(|s| s.name)
+                .filter(|n| !n.is_empty())
+                .map(|n| interner.intern(&n));
+            for span in scope_spans.spans {
+                let (Ok(trace_id), Ok(span_id)) = (
+                    TraceId::try_from(span.trace_id.as_slice()),
+                    SpanId::try_from(span.span_id.as_slice()),
+                ) else {
+                    rejected += 1;
+                    continue;
+                };
+                if trace_id == [0; 16] || span_id == [0; 8] {
+                    rejected += 1;
+                    continue;
+                }
+                let parent = SpanId::try_from(span.parent_span_id.as_slice())
+                    .ok()
+                    .filter(|p| *p != [0; 8]);
+                let (status, status_message) = match span.status {
+                    Some(s) => (
+                        match s.code {
+                            1 => StatusCode::Ok,
+                            2 => StatusCode::Error,
+                            _ => StatusCode::Unset,
+                        },
+                        Some(s.message)
+                            .filter(|m| !m.is_empty())
+                            .map(|m| Arc::from(m.as_str())),
+                    ),
+                    None => (StatusCode::Unset, None),
+                };
+                let stored = StoredSpan {
+                    span_id,
+                    parent,
+                    name: interner.intern(&span.name),
+                    kind: span_kind(span.kind),
+                    start_ns: span.start_time_unix_nano,
+                    end_ns: span.end_time_unix_nano.max(span.start_time_unix_nano),
+                    attributes: span
+                        .attributes
+                        .into_iter()
+                        .map(|kv| convert_attr(interner, kv))
+                        .collect(),
+                    events: span
+                        .events
+                        .into_iter()
+                        .map(|e| Event {
+                            time_ns: e.time_unix_nano,
+                            name: interner.intern(&e.name),
+                            attributes: e
+                                .attributes
+                                .into_iter()
+                                .map(|kv| convert_attr(interner, kv))
+                                .collect(),
+                        })
+                        .collect(),
+                    links: span
+                        .links
+                        .iter()
+                        .filter_map(|l| {
+                            Some((
+                                TraceId::try_from(l.trace_id.as_slice()).ok()?,
+                                SpanId::try_from(l.span_id.as_slice()).ok()?,
+                            ))
+                        })
+                        .collect(),
+                    status,
+                    status_message,
+                    scope: scope.clone(),
+                    process: process.clone(),
+                };
+                out.push((trace_id, stored));
+            }
+        }
+    }
+    Batch {
+        spans: out,
+        rejected,
+    }
+}
+
+fn span_kind(kind: i32) -> SpanKind {
+    match kind {
+        1 => SpanKind::Internal,
+        2 => SpanKind::Server,
+        3 => SpanKind::Client,
+        4 => SpanKind::Producer,
+        5 => SpanKind::Consumer,
+        _ => SpanKind::Unspecified,
+    }
+}
+
+fn convert_attr(interner: &mut Interner, kv: KeyValue) -> Attr {
+    Attr {
+        key: interner.intern(&kv.key),
+        value: convert_value(interner, kv.value),
+    }
+}
+
+fn convert_value(interner: &mut Interner, value: Option<AnyValue>) -> Value {
+    match value.and_then(|v| v.value) {
+        Some(any_value::Value::StringValue(s)) => Value::Str(interner.intern(&s)),
+        Some(any_value::Value::BoolValue(b)) => Value::Bool(b),
+        Some(any_value::Value::IntValue(i)) => Value::Int(i),
+        Some(any_value::Value::DoubleValue(f)) => Value::Float(f),
+        Some(other) => Value::Str(Arc::from(json_text(&other).to_string().as_str())),
+        None => Value::Str(interner.intern("")),
+    }
+}
+
+/// Arrays, maps and bytes as JSON (bytes as an array of numbers).
+fn json_text(value: &any_value::Value) -> serde_json::Value {
+    use any_value::Value as V;
+    match value {
+        V::StringValue(s) => s.as_str().into(),
+        V::BoolValue(b) => (*b).into(),
+        V::IntValue(i) => (*i).into(),
+        V::DoubleValue(f) => (*f).into(),
+        V::BytesValue(b) => b.as_slice().into(),
+        // An index into a profile's string table: only meaningful there.
+        V::StringValueStrindex(i) => (*i).into(),
+        V::ArrayValue(a) => a
+            .values
+            .iter()
+            .filter_map(|v| v.value.as_ref().map(json_text))
+            .collect(),
+        V::KvlistValue(l) => l
+            .values
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key.clone(),
+                    kv.value
+                        .as_ref()
+                        .and_then(|v| v.value.as_ref())
+                        .map(json_text)
+                        .unwrap_or(serde_json::Value::Null),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+    }
+}
