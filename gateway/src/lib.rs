@@ -195,14 +195,6 @@ pub async fn run(
     server::serve(listener, build_app(state), shutdown).await
 }
 
-/// The binary's `main`: telemetry, serve until SIGTERM, flush spans.
-pub async fn main(listen: SocketAddr, args: GatewayArgs) -> std::process::ExitCode {
-    server::run_service(SERVICE_NAME, listen, |telemetry| async move {
-        AppState::new(&args, telemetry).map(build_app)
-    })
-    .await
-}
-
 // The binary's command line, here so the Kubernetes contract test can read its env names.
 /// The drone-delivery gateway: GET /api/invoices aggregates three backends in parallel.
 #[derive(clap::Parser)]
@@ -213,4 +205,16 @@ pub struct Cli {
     pub listen: std::net::SocketAddr,
     #[command(flatten)]
     pub args: crate::GatewayArgs,
+}
+
+impl server::ServiceCommand for Cli {
+    const NAME: &'static str = SERVICE_NAME;
+
+    fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
+        AppState::new(&self.args, telemetry).map(build_app)
+    }
 }

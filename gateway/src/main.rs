@@ -2,6 +2,5 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = gateway::Cli::parse();
-    gateway::main(cli.listen, cli.args).await
+    service_kit::server::launch(gateway::Cli::parse()).await
 }

@@ -150,14 +150,16 @@ pub async fn run(
     Ok(())
 }
 
-/// The binary: binds, prints its addresses on one stdout line (the local stack reads
-/// it; the UI's URL last), serves until Ctrl-C or SIGTERM. Logs go to stderr.
+const NAME: &str = Service::TraceViewer.name();
+
+/// The binary: binds its three listeners, announces them on one stdout line (the local
+/// stack reads it; the UI's URL last), serves until Ctrl-C or SIGTERM. Logs go to stderr.
 pub async fn main(config: Config) -> std::process::ExitCode {
     lifecycle::init_logging("info");
     let listeners = match Listeners::bind(&config).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("trace-viewer: cannot listen: {e}");
+            eprintln!("{NAME}: cannot listen: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -168,21 +170,24 @@ pub async fn main(config: Config) -> std::process::ExitCode {
     } = match listeners.urls() {
         Ok(urls) => urls,
         Err(e) => {
-            eprintln!("trace-viewer: cannot read the bound addresses: {e}");
+            eprintln!("{NAME}: cannot read the bound addresses: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    println!("trace-viewer otlp-grpc={otlp_grpc} otlp-http={otlp_http} ui {ui}");
     let limits = config.limits();
     tracing::info!(
         max_spans = limits.max_spans,
         max_mib = config.max_mib,
-        "trace viewer on {ui}; OTLP gRPC {otlp_grpc}, HTTP {otlp_http}"
+        "store limits"
+    );
+    lifecycle::announce(
+        NAME,
+        &ui,
+        &[("otlp-grpc", &otlp_grpc), ("otlp-http", &otlp_http)],
     );
     let store = Arc::new(Store::new(limits));
-    if let Err(e) = run(listeners, store, lifecycle::shutdown_signal()).await {
-        eprintln!("trace-viewer: {e}");
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
+    lifecycle::exit_code(
+        NAME,
+        run(listeners, store, lifecycle::shutdown_signal()).await,
+    )
 }

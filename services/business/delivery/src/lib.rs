@@ -2,6 +2,8 @@
 //! document in container `deliveries` (partition key `/ownerId`).
 
 use dronelab_contract::{routes, Container, DeliverySummary, Service};
+use service_kit::server::ServiceCommand;
+use service_kit::Telemetry;
 use summary_backend::Summary;
 
 pub use summary_backend::{build_app, run, SummaryArgs, SummaryState};
@@ -29,4 +31,16 @@ pub struct Cli {
     pub listen: std::net::SocketAddr,
     #[command(flatten)]
     pub summary: crate::SummaryArgs,
+}
+
+impl ServiceCommand for Cli {
+    const NAME: &'static str = SERVICE_NAME;
+
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+
+    async fn build(self, telemetry: Telemetry) -> Result<axum::Router, String> {
+        Ok(build_app(AppState::start(&self.summary, telemetry)))
+    }
 }

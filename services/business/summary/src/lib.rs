@@ -3,7 +3,6 @@
 //! services are this, with their own container and response shape.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
@@ -140,16 +139,4 @@ pub async fn run<S: Summary>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     server::serve(listener, build_app(state), shutdown).await
-}
-
-/// The `main` of a summary backend: telemetry, connect, serve, flush.
-pub async fn main<S: Summary>(
-    service_name: &str,
-    listen: SocketAddr,
-    args: SummaryArgs,
-) -> std::process::ExitCode {
-    server::run_service(service_name, listen, |telemetry| async move {
-        Ok(build_app(SummaryState::<S>::start(&args, telemetry)))
-    })
-    .await
 }

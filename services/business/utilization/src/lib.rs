@@ -147,14 +147,6 @@ pub async fn run(
     server::serve(listener, build_app(state), shutdown).await
 }
 
-/// The binary's `main`: telemetry, connect, serve until SIGTERM, flush spans.
-pub async fn main(listen: SocketAddr, args: UtilizationArgs) -> std::process::ExitCode {
-    server::run_service(SERVICE_NAME, listen, |telemetry| async move {
-        Ok(build_app(AppState::start(&args, telemetry)))
-    })
-    .await
-}
-
 // The binary's command line, here so the Kubernetes contract test can read its env names.
 /// Sums an owner's monthly drone utilization from Cosmos DB (the query under study).
 #[derive(clap::Parser)]
@@ -165,4 +157,16 @@ pub struct Cli {
     pub listen: std::net::SocketAddr,
     #[command(flatten)]
     pub args: crate::UtilizationArgs,
+}
+
+impl server::ServiceCommand for Cli {
+    const NAME: &'static str = SERVICE_NAME;
+
+    fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
+        Ok(build_app(AppState::start(&self.args, telemetry)))
+    }
 }

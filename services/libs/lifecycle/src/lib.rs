@@ -1,6 +1,13 @@
 //! What every dronelab process shares, kept apart from `service-kit` so the emulator and
-//! the trace viewer do not pull in the Cosmos SDK: logging to stderr (stdout carries the
-//! one address line the local stack reads) and the shutdown signal.
+//! the trace viewer need no HTTP service plumbing: logging to stderr, the one address line
+//! on stdout that the local stack reads, the shutdown signal, and the bind / announce /
+//! serve sequence every server process runs.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use tokio::net::TcpListener;
 
 /// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive` (e.g. `info`).
 pub fn init_logging(default_directive: &str) {
@@ -34,3 +41,55 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutdown signal received");
 }
+
+/// Prints the one line a process writes on stdout once it listens:
+/// `<name> [key=value ...] listening on <url>`. The local stack reads the URL (the last
+/// word) and the `key=value` addresses; everything else goes to stderr.
+pub fn announce(name: &str, url: &str, extra: &[(&str, &str)]) {
+    let mut line = String::from(name);
+    for (key, value) in extra {
+        line.push_str(&format!(" {key}={value}"));
+    }
+    tracing::info!("{line} listening on {url}");
+    println!("{line} listening on {url}");
+}
+
+/// The exit code of a process whose server returned `result`.
+pub fn exit_code<E: std::fmt::Display>(name: &str, result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How every dronelab server process runs: binds `addr`, announces its URL, serves with
+/// `serve` until SIGTERM or Ctrl-C, and turns the outcome into the exit code.
+pub async fn serve<F, Fut, E>(name: &str, addr: SocketAddr, serve: F) -> ExitCode
+where
+    F: FnOnce(TcpListener, Shutdown) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let listener = match TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("{name}: cannot listen on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let url = match listener.local_addr() {
+        Ok(bound) => format!("http://{bound}/"),
+        Err(e) => {
+            eprintln!("{name}: cannot read the bound address: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    announce(name, &url, &[]);
+    exit_code(name, serve(listener, Box::pin(shutdown_signal())).await)
+}
+
+/// Completes when the process should stop (see [`shutdown_signal`]).
+pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;

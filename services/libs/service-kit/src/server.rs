@@ -233,63 +233,44 @@ pub async fn serve(
 
 pub use lifecycle::shutdown_signal;
 
-/// Binds `addr`, prints the address on stdout (the one line scripts read), and serves
-/// until SIGTERM / Ctrl-C.
-pub async fn listen_and_serve(
-    service_name: &str,
-    addr: std::net::SocketAddr,
-    app: Router,
-) -> std::process::ExitCode {
-    let listener = match TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            eprintln!("{service_name}: cannot listen on {addr}: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let address = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    tracing::info!(%address, "{service_name} listening");
-    println!("{service_name} listening on http://{address}/");
-    match serve(listener, app, shutdown_signal()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{service_name}: server error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+/// A service's command line that knows how to build the service. Every dronelab HTTP
+/// service starts the same way, through [`launch`]: its binary's `main` and the local
+/// stack's `loadtest component` both call it.
+pub trait ServiceCommand: Send + 'static {
+    /// The service's name (also its OpenTelemetry `service.name`).
+    const NAME: &'static str;
+
+    /// Where to listen.
+    fn listen(&self) -> std::net::SocketAddr;
+
+    /// The service's router; may start connecting to Cosmos DB in the background.
+    fn build(self, telemetry: Telemetry) -> impl Future<Output = Result<Router, String>> + Send;
 }
 
 /// A service binary's whole life: logging, telemetry from the `OTEL_*` environment, the
-/// app built by `build` (which may connect to Cosmos), serving until SIGTERM / Ctrl-C,
-/// and flushing spans on the way out.
-pub async fn run_service<F, Fut>(
-    service_name: &str,
-    listen: std::net::SocketAddr,
-    build: F,
-) -> std::process::ExitCode
-where
-    F: FnOnce(Telemetry) -> Fut,
-    Fut: Future<Output = Result<Router, String>>,
-{
+/// app, binding and announcing its address, serving until SIGTERM / Ctrl-C, and flushing
+/// spans on the way out.
+pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
     crate::telemetry::init_logging();
-    let telemetry = match Telemetry::from_env(service_name) {
+    let telemetry = match Telemetry::from_env(C::NAME) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("{service_name}: {e}");
+            eprintln!("{}: {e}", C::NAME);
             return std::process::ExitCode::FAILURE;
         }
     };
-    let app = match build(telemetry.clone()).await {
+    let listen = command.listen();
+    let app = match command.build(telemetry.clone()).await {
         Ok(app) => app,
         Err(e) => {
-            eprintln!("{service_name}: {e}");
+            eprintln!("{}: {e}", C::NAME);
             return std::process::ExitCode::FAILURE;
         }
     };
-    let code = listen_and_serve(service_name, listen, app).await;
+    let code = lifecycle::serve(C::NAME, listen, |listener, shutdown| {
+        serve(listener, app, shutdown)
+    })
+    .await;
     telemetry.shutdown();
     code
 }

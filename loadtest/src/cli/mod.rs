@@ -1,0 +1,96 @@
+//! The command line: `seed`, `run`, `up`, `tune`, `diagnose`, and the hidden `component`
+//! the local stack uses to start each service as its own process. One module per command
+//! that is not a library module of its own (`seed`, `tune`, `diagnose`).
+
+mod component;
+mod run;
+mod up;
+
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+
+use crate::seed::SeedArgs;
+use crate::tune::TuneArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "loadtest",
+    version,
+    about = "dronelab: seed, load, local stack and the four-stage tuning run"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Create the database and containers and upsert the deterministic data set.
+    Seed(SeedArgs),
+    /// Drive load against a gateway and write a report.
+    Run(run::RunArgs),
+    /// Start the local stack (trace viewer, emulator, backends, gateway), seed it, and
+    /// keep it up.
+    Up(up::UpArgs),
+    /// The main job: run the study's four tuning stages and report beside its numbers.
+    Tune(Box<TuneArgs>),
+    /// Read traces from a Jaeger-compatible API and name the bottleneck and the next step.
+    Diagnose(crate::diagnose::DiagnoseArgs),
+    /// Run one component of the local stack in this process (used by `up` and `tune`).
+    #[command(hide = true, subcommand)]
+    Component(component::Component),
+}
+
+pub async fn main(cli: Cli) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    match cli.command {
+        Command::Component(component) => return component::run(component).await,
+        Command::Seed(args) => {
+            init_logging();
+            let started = Instant::now();
+            match crate::seed::seed(&args, true).await {
+                Ok(n) => println!(
+                    "seeded {n} documents in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                ),
+                Err(e) => return fail(e),
+            }
+        }
+        Command::Run(args) => {
+            init_logging();
+            if let Err(e) = run::run(args).await {
+                return fail(e);
+            }
+        }
+        Command::Up(args) => {
+            init_logging();
+            if let Err(e) = up::up(args).await {
+                return fail(e);
+            }
+        }
+        Command::Diagnose(args) => {
+            init_logging();
+            if let Err(e) = crate::diagnose::run(args).await {
+                return fail(e);
+            }
+        }
+        Command::Tune(args) => {
+            init_logging();
+            if let Err(e) = crate::tune::tune(*args).await {
+                return fail(e);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn fail(e: impl std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("loadtest: {e}");
+    std::process::ExitCode::FAILURE
+}
+
+/// Quiet by default: the progress lines are the interface; `RUST_LOG=info` shows more.
+fn init_logging() {
+    lifecycle::init_logging("warn");
+}

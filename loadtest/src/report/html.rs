@@ -1,0 +1,196 @@
+//! `report.html`: the comparison table, per-operation bars against the study, and per
+//! stage its diagnosis and time series, all inline (SVG charts, embedded CSS).
+
+use std::fmt::Write as _;
+
+use trace_analysis::diagnosis::FindingKind;
+
+use super::model::{describe_load, CosmosSample, Report, StageReport};
+use super::svg::{bar_chart, escape, line_chart, Series};
+use crate::load::SecondSample;
+
+const STYLE: &str = include_str!("report.css");
+
+/// Colours of up to nine partitions' lines (they repeat beyond).
+const PARTITION_COLOURS: [&str; 9] = [
+    "#2563eb", "#7c3aed", "#db2777", "#ea580c", "#ca8a04", "#16a34a", "#0891b2", "#4b5563",
+    "#9333ea",
+];
+
+pub fn render(report: &Report) -> String {
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>dronelab tuning run {}</h1><p>Profile <b>{:?}</b>, {:.0} s per stage, {} CPUs. Load: {}.</p>",
+        escape(&report.run_id),
+        report.profile,
+        report.load.duration().as_secs_f64(),
+        report.machine.cpus,
+        escape(&describe_load(&report.load))
+    );
+    body.push_str("<h2>Measured vs the study</h2>");
+    body.push_str(&markdown_table_to_html(&report.markdown_table()));
+    body.push_str(&per_operation(report));
+    for stage in &report.stages {
+        body.push_str(&stage_section(stage));
+    }
+    format!(
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>dronelab run {}</title><style>{STYLE}</style></head><body>{body}</body></html>",
+        escape(&report.run_id)
+    )
+}
+
+/// Calls, RU and throughput per stage, measured beside the study's.
+fn per_operation(report: &Report) -> String {
+    let names: Vec<String> = report.stages.iter().map(|s| s.name.clone()).collect();
+    let bars = |title: &str,
+                measured: &dyn Fn(&StageReport) -> f64,
+                published: &dyn Fn(&crate::study::Published) -> f64| {
+        bar_chart(
+            title,
+            &names,
+            &[
+                (
+                    "measured",
+                    "#2563eb",
+                    report.stages.iter().map(measured).collect(),
+                ),
+                (
+                    "study",
+                    "#9ca3af",
+                    report
+                        .stages
+                        .iter()
+                        .map(|s| s.study.as_ref().map(published).unwrap_or(0.0))
+                        .collect(),
+                ),
+            ],
+        )
+    };
+    let mut out = String::from("<h2>Per operation</h2><div class=row>");
+    out.push_str(&bars(
+        "Cosmos calls per operation",
+        &|s| s.cosmos.calls_per_operation,
+        &|p| p.calls_per_operation,
+    ));
+    out.push_str(&bars(
+        "RU per operation",
+        &|s| s.cosmos.ru_per_operation,
+        &|p| p.ru_per_operation,
+    ));
+    out.push_str(&bars("Throughput (req/s)", &|s| s.throughput_rps, &|p| {
+        p.throughput_rps
+    }));
+    out.push_str("</div>");
+    out
+}
+
+/// A stage's diagnosis and its load, latency and Cosmos time series.
+fn stage_section(s: &StageReport) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<h2>{}</h2><p>{}</p>{}<div class=row>",
+        escape(&s.name),
+        escape(&s.description),
+        diagnosis(s)
+    );
+    let t = |f: &dyn Fn(&SecondSample) -> f64| -> Vec<(f64, f64)> {
+        s.series.iter().map(|x| (x.t as f64, f(x))).collect()
+    };
+    out.push_str(&line_chart(
+        "Users and throughput (req/s)",
+        &[
+            Series::new("users", "#9ca3af", t(&|x| x.users as f64)),
+            Series::new("ok req/s", "#16a34a", t(&|x| x.ok as f64)),
+            Series::new("failed req/s", "#dc2626", t(&|x| x.errors as f64)),
+        ],
+        None,
+    ));
+    out.push_str(&line_chart(
+        "End-to-end latency (ms)",
+        &[
+            Series::new("p50", "#16a34a", t(&|x| x.latency_ms.p50)),
+            Series::new("p95", "#f59e0b", t(&|x| x.latency_ms.p95)),
+            Series::new("p99", "#dc2626", t(&|x| x.latency_ms.p99)),
+        ],
+        None,
+    ));
+    let c = |f: &dyn Fn(&CosmosSample) -> f64| -> Vec<(f64, f64)> {
+        s.cosmos_series.iter().map(|x| (x.t as f64, f(x))).collect()
+    };
+    out.push_str(&line_chart(
+        "Cosmos calls per second: 2xx vs 429",
+        &[
+            Series::new("2xx", "#16a34a", c(&|x| x.ok as f64)),
+            Series::new("429", "#dc2626", c(&|x| x.throttled as f64)),
+        ],
+        None,
+    ));
+    let partitions = s
+        .cosmos_series
+        .iter()
+        .map(|x| x.ru_per_partition.len())
+        .max()
+        .unwrap_or(0);
+    let per_partition: Vec<Series> = (0..partitions)
+        .map(|p| {
+            Series::new(
+                format!("p{p}"),
+                PARTITION_COLOURS[p % PARTITION_COLOURS.len()],
+                c(&|x| x.ru_per_partition.get(p).copied().unwrap_or(0.0)),
+            )
+        })
+        .collect();
+    out.push_str(&line_chart(
+        "RU/s per partition (dashed: provisioned)",
+        &per_partition,
+        Some(s.cosmos.provisioned_ru_per_partition),
+    ));
+    out.push_str("</div>");
+    out
+}
+
+fn diagnosis(stage: &StageReport) -> String {
+    let mut out = String::new();
+    if let Some(d) = &stage.diagnosis {
+        for (i, f) in d.findings.iter().enumerate() {
+            let class = match (i, f.kind) {
+                (_, FindingKind::NoCosmosBottleneck) => "finding ok",
+                (0, _) => "finding",
+                _ => "finding also",
+            };
+            let _ = write!(
+                out,
+                "<div class='{class}'><b>{}</b> — {}<br>next: {}</div>",
+                escape(&f.title),
+                escape(&f.evidence),
+                escape(&f.next_step)
+            );
+        }
+    }
+    let links = stage.link_list();
+    if !links.is_empty() {
+        let links: Vec<String> = links
+            .into_iter()
+            .map(|(label, link)| format!("<a href='{}'>{label}</a>", escape(link)))
+            .collect();
+        let _ = write!(out, "<p>Traces: {}</p>", links.join(" · "));
+    }
+    out
+}
+
+fn markdown_table_to_html(md: &str) -> String {
+    let mut out = String::from("<table>");
+    for (i, line) in md.lines().filter(|l| !l.starts_with("|---")).enumerate() {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let tag = if i == 0 { "th" } else { "td" };
+        out.push_str("<tr>");
+        for cell in cells {
+            let _ = write!(out, "<{tag}>{}</{tag}>", escape(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}

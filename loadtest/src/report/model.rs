@@ -1,0 +1,169 @@
+//! What the report holds, one stage at a time; serialized as `report.json` (its schema
+//! is in the loadtest README: fields are only ever added).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::calibration::{EmulatorModel, RunProfile};
+use crate::load::{LoadSummary, Outcome, Percentiles, Profile, SecondSample};
+use crate::stages::{Stage, StageConfig};
+use crate::study::{self, Published};
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CosmosFigures {
+    pub requests: u64,
+    pub throttled_requests: u64,
+    pub ru_total: f64,
+    pub ru_per_operation: f64,
+    pub calls_per_operation: f64,
+    pub max_ru_per_partition_per_sec: f64,
+    pub provisioned_ru_per_partition: f64,
+}
+
+/// One second of Cosmos activity on the stage's container.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct CosmosSample {
+    pub t: u64,
+    pub ok: u64,
+    pub throttled: u64,
+    pub ru_per_partition: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    pub name: String,
+    pub description: String,
+    pub config: StageConfig,
+    pub requests: u64,
+    pub successful_requests: u64,
+    pub failed_requests: u64,
+    pub outcomes: std::collections::BTreeMap<Outcome, u64>,
+    pub throughput_rps: f64,
+    pub latency_ms: Percentiles,
+    pub utilization_latency_ms: Percentiles,
+    pub cosmos: CosmosFigures,
+    pub study: Option<Published>,
+    pub series: Vec<SecondSample>,
+    pub cosmos_series: Vec<CosmosSample>,
+    /// What the stage's traces say (absent when no trace API was reachable).
+    pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
+    pub trace_links: Option<trace_analysis::client::TraceLinks>,
+}
+
+impl StageReport {
+    /// The stage's trace links with their labels.
+    pub fn link_list(&self) -> Vec<(&'static str, &str)> {
+        self.trace_links
+            .iter()
+            .flat_map(|l| {
+                [
+                    ("typical trace", &l.typical),
+                    ("slowest trace", &l.slowest),
+                    ("trace with a 429", &l.throttled),
+                ]
+            })
+            .filter_map(|(label, link)| link.as_deref().map(|l| (label, l)))
+            .collect()
+    }
+
+    pub fn new(
+        stage: &Stage,
+        load: &LoadSummary,
+        utilization_latency_ms: Percentiles,
+        cosmos: CosmosFigures,
+        series: Vec<SecondSample>,
+        cosmos_series: Vec<CosmosSample>,
+    ) -> Self {
+        Self {
+            name: stage.name.clone(),
+            description: stage.description.clone(),
+            config: stage.config.clone(),
+            requests: load.requests,
+            successful_requests: load.successful_requests,
+            failed_requests: load.failed_requests,
+            outcomes: load.outcomes.clone(),
+            throughput_rps: (load.throughput_rps * 100.0).round() / 100.0,
+            latency_ms: load.latency_ms,
+            utilization_latency_ms,
+            cosmos,
+            study: study::published_for(&stage.name),
+            series,
+            cosmos_series,
+            diagnosis: None,
+            trace_links: None,
+        }
+    }
+
+    pub fn one_line(&self) -> String {
+        format!(
+            "{:.1} req/s, {} ok / {} failed, e2e p50 {:.0} ms p95 {:.0} ms, utilization avg {:.0} ms, Cosmos {} calls ({} throttled), {:.1} RU/op, {:.2} calls/op",
+            self.throughput_rps,
+            self.successful_requests,
+            self.failed_requests,
+            self.latency_ms.p50,
+            self.latency_ms.p95,
+            self.utilization_latency_ms.avg,
+            self.cosmos.requests,
+            self.cosmos.throttled_requests,
+            self.cosmos.ru_per_operation,
+            self.cosmos.calls_per_operation,
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub run_id: String,
+    pub profile: RunProfile,
+    pub load: Profile,
+    pub emulator_model: EmulatorModel,
+    pub duration_secs: f64,
+    pub machine: Machine,
+    pub stages: Vec<StageReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub os: &'static str,
+}
+
+impl Report {
+    pub fn new(
+        run_id: String,
+        profile: RunProfile,
+        load: Profile,
+        emulator_model: EmulatorModel,
+        stages: Vec<StageReport>,
+        duration: Duration,
+    ) -> Self {
+        Self {
+            run_id,
+            profile,
+            load,
+            emulator_model,
+            duration_secs: (duration.as_secs_f64() * 10.0).round() / 10.0,
+            machine: Machine {
+                cpus: std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1),
+                os: std::env::consts::OS,
+            },
+            stages,
+        }
+    }
+}
+
+/// The load profile in words.
+pub fn describe_load(p: &Profile) -> String {
+    match *p {
+        Profile::Step { start_users, step_users, step_secs, max_users, duration_secs } => format!(
+            "step load, {start_users} users + {step_users} every {step_secs} s up to {max_users}, {duration_secs} s, no think time"
+        ),
+        Profile::Constant { users, duration_secs } => format!("{users} users for {duration_secs} s"),
+        Profile::Arrival { rate_per_sec, duration_secs, .. } => {
+            format!("{rate_per_sec} requests/s for {duration_secs} s (open loop)")
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! `loadtest tune`: the four-stage tuning run. Starts the local stack (or uses an
+//! existing deployment), seeds, then per stage: sets RU/s through the Cosmos API,
+//! restarts utilization-service when the query knobs change (as a rollout would), resets
+//! the emulator's counters, drives the load while sampling Cosmos RU/s and 429s every
+//! second, collects the services' metrics, and diagnoses the stage's traces (read back
+//! from the trace viewer, or any Jaeger API); finally writes the report.
+
+mod deployment;
+mod metrics;
+mod sampler;
+mod stage;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use dronelab_contract::routes;
+
+use crate::calibration::{EmulatorModel, RunProfile};
+use crate::load::Target;
+use crate::report::Report;
+use crate::seed::{self, SeedArgs};
+use crate::stages::{self, Stage};
+use deployment::Deployment;
+use stage::StageRun;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TuneArgs {
+    /// How long each stage runs: study (8 min), default (2 min), quick (30 s).
+    #[arg(long, value_enum, default_value = "default")]
+    pub profile: RunProfile,
+    /// Directory of stage files (default: the built-in four stages).
+    #[arg(long)]
+    pub stages: Option<PathBuf>,
+    /// Run only these stages (names, comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Where reports go (`<dir>/<run-id>/`, plus `<dir>/latest`).
+    #[arg(long, default_value = "reports")]
+    pub reports: PathBuf,
+    /// Use an existing deployment's gateway instead of starting the local stack. RU/s
+    /// changes go through `--cosmos-endpoint`; each stage's query knobs through
+    /// `--stage-command` (without it, apply the stage's k8s overlay yourself when told).
+    #[arg(long)]
+    pub target: Option<url::Url>,
+    /// With `--target`: the command that puts a stage's query knobs in place and returns
+    /// once the rollout is done, run through `sh -c` before every stage with `{stage}`
+    /// replaced by the stage's name (also in `DRONELAB_STAGE`), e.g.
+    /// `kubectl apply -k k8s/overlays/{stage} && kubectl rollout status deployment/utilization-service`.
+    #[arg(long, requires = "target")]
+    pub stage_command: Option<String>,
+    /// With `--target`: utilization-service's base URL, to read its `/metrics` (server-side
+    /// latency, RU and calls per operation); without it those columns stay 0.
+    #[arg(long, requires = "target")]
+    pub utilization_url: Option<url::Url>,
+    /// Leave the local stack running after the run, for trace inspection (Ctrl-C stops it).
+    #[arg(long)]
+    pub keep_up: bool,
+    /// Jaeger-compatible query API to read traces from for the per-stage diagnosis
+    /// (default: the local stack's trace viewer; with `--target`, e.g. your Jaeger).
+    #[arg(long, env = "DRONELAB_TRACES_API")]
+    pub traces_api: Option<url::Url>,
+    /// Skip seeding (the deployment's data is already there).
+    #[arg(long)]
+    pub skip_seed: bool,
+    #[command(flatten)]
+    pub seed: SeedArgs,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error(transparent)]
+    Stages(#[from] stages::StageError),
+    #[error(transparent)]
+    Stack(#[from] crate::stack::StackError),
+    #[error(transparent)]
+    Seed(#[from] seed::SeedError),
+    #[error("Cosmos DB: {0}")]
+    Cosmos(String),
+    #[error("writing the report: {0}")]
+    Report(#[from] std::io::Error),
+    #[error("no stages to run (check --only)")]
+    NoStages,
+    #[error("the stage command for {stage} failed: {reason}")]
+    StageCommand { stage: String, reason: String },
+}
+
+fn run_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.format(time::macros::format_description!(
+        "[year][month][day]-[hour][minute][second]"
+    ))
+    .unwrap_or_else(|_| "run".into())
+}
+
+/// Runs the stages and writes the report; returns its directory.
+pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
+    let stages = selected_stages(&args)?;
+    let Some(first) = stages.first() else {
+        return Err(TuneError::NoStages);
+    };
+    let id = run_id();
+    let dir = args.reports.join(&id);
+    std::fs::create_dir_all(&dir)?;
+    let model = EmulatorModel::default();
+    let http = reqwest::Client::new();
+    let total_started = Instant::now();
+
+    let mut deployment = Deployment::prepare(&args, first, &dir, &model, &http).await?;
+    let cosmos = deployment
+        .seed
+        .cosmos
+        .connect()
+        .await
+        .map_err(|e| TuneError::Cosmos(e.to_string()))?;
+    let profile = args.profile.load();
+    let target = Target {
+        gateway: deployment.gateway.clone(),
+        path: routes::INVOICES.into(),
+        data: deployment.seed.data_set(),
+        timeout: Duration::from_secs(60),
+    };
+    let mut run = StageRun {
+        deployment: &mut deployment,
+        cosmos: &cosmos,
+        http: &http,
+        target: &target,
+        profile,
+        stage_command: args.stage_command.as_deref(),
+    };
+    let mut reports = Vec::new();
+    for stage in &stages {
+        reports.push(run.run(stage).await?);
+    }
+    let report = Report::new(
+        id,
+        args.profile,
+        profile,
+        model,
+        reports,
+        total_started.elapsed(),
+    );
+    report.write(&dir, &args.reports)?;
+    println!("{}", report.markdown_table());
+    println!("report: {}", dir.join("report.html").display());
+    if let Some(stack) = deployment.stack {
+        if args.keep_up {
+            println!("\nthe stack stays up (Ctrl-C stops it):");
+            for c in stack.components() {
+                println!("  {:20} {}", c.name, c.url);
+            }
+            service_kit::server::shutdown_signal().await;
+        }
+        stack.shutdown().await;
+    }
+    Ok(dir)
+}
+
+/// The stage files, narrowed to `--only`.
+fn selected_stages(args: &TuneArgs) -> Result<Vec<Stage>, TuneError> {
+    let mut stages = match &args.stages {
+        Some(dir) => stages::from_dir(dir)?,
+        None => stages::builtin()?,
+    };
+    if !args.only.is_empty() {
+        stages.retain(|s| args.only.contains(&s.name));
+    }
+    Ok(stages)
+}

@@ -1,0 +1,135 @@
+//! One stage of the run: its RU/s and query knobs in place, the load driven while the
+//! emulator is sampled, the services' figures collected, the traces diagnosed.
+
+use std::time::Duration;
+
+use dronelab_contract::{routes, Container, Service};
+use trace_analysis::client::{self, TraceApi, TraceWindow};
+
+use super::deployment::{set_throughput, Deployment};
+use super::metrics::{scrape, utilization_latency};
+use super::sampler::Sampler;
+use super::TuneError;
+use crate::diagnose;
+use crate::emulator::EmulatorSnapshot;
+use crate::load::Profile;
+use crate::load::{self, Target};
+use crate::report::{CosmosFigures, StageReport};
+use crate::stages::Stage;
+
+/// What every stage shares.
+pub struct StageRun<'a> {
+    pub deployment: &'a mut Deployment,
+    pub cosmos: &'a azure_data_cosmos::CosmosClient,
+    pub http: &'a reqwest::Client,
+    pub target: &'a Target,
+    pub profile: Profile,
+    pub stage_command: Option<&'a str>,
+}
+
+impl StageRun<'_> {
+    pub async fn run(&mut self, stage: &Stage) -> Result<StageReport, TuneError> {
+        eprintln!(
+            "\nstage {}: {} — {}",
+            stage.name,
+            describe(stage),
+            stage.description
+        );
+        set_throughput(
+            self.cosmos,
+            &self.deployment.seed.cosmos.database,
+            stage.config.provisioned_ru_per_second,
+        )
+        .await?;
+        self.deployment.apply(stage, self.stage_command).await?;
+        let container = Container::utilization(stage.config.use_partition_key).name();
+        let emulator = self.deployment.emulator.clone();
+        if let Some(e) = &emulator {
+            e.reset_stats().await;
+        }
+        let utilization = self.deployment.utilization.clone();
+        let before = scrape(self.http, utilization.as_ref()).await;
+        let sampler = emulator.clone().map(|e| Sampler::start(e, container));
+        let window_start = unix_micros();
+        let summary = load::run(self.target.clone(), self.profile, true, &stage.name).await;
+        let window_end = unix_micros();
+        let cosmos_series = match sampler {
+            Some(sampler) => sampler.finish().await,
+            None => Vec::new(),
+        };
+        let after = scrape(self.http, utilization.as_ref()).await;
+        let snapshot = match &emulator {
+            Some(e) => e.snapshot(container).await.unwrap_or_default(),
+            None => EmulatorSnapshot::default(),
+        };
+        let mut report = StageReport::new(
+            stage,
+            &summary,
+            utilization_latency(&before, &after),
+            CosmosFigures {
+                requests: snapshot.ok + snapshot.throttled,
+                throttled_requests: snapshot.throttled,
+                ru_total: (snapshot.ru_total * 100.0).round() / 100.0,
+                ru_per_operation: after.ru_per_operation_since(&before),
+                calls_per_operation: after.calls_per_operation_since(&before),
+                max_ru_per_partition_per_sec: snapshot.max_ru_per_partition_per_sec,
+                provisioned_ru_per_partition: (snapshot.provisioned_ru_per_partition * 100.0)
+                    .round()
+                    / 100.0,
+            },
+            summary.series.clone(),
+            cosmos_series,
+        );
+        eprintln!("  {}", report.one_line());
+        if let Some(api) = &self.deployment.traces {
+            diagnose_stage(api, window_start, window_end, &mut report).await;
+        }
+        Ok(report)
+    }
+}
+
+/// Traces read per stage for its diagnosis (the newest of the stage).
+const TRACES_PER_DIAGNOSIS: u32 = 300;
+/// The local stack's services flush spans every second (`OTEL_BSP_SCHEDULE_DELAY`); the
+/// stage's last traces are complete in the viewer after this.
+const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
+
+/// Reads the stage's invoice traces back, prints the verdict and the links, and puts
+/// them in the stage's report.
+pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
+    let window = TraceWindow {
+        service: Service::Gateway.name().into(),
+        operation: format!("GET {}", routes::INVOICES),
+        start_us: Some(start_us),
+        end_us: Some(end_us),
+        lookback: None,
+        limit: TRACES_PER_DIAGNOSIS,
+    };
+    tokio::time::sleep(SPAN_FLUSH_WAIT).await;
+    match client::diagnose_window(api, &window).await {
+        Ok((diagnosis, links)) => {
+            if let Some(verdict) = diagnosis.verdict() {
+                eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
+                eprintln!("  next step: {}", verdict.next_step);
+            }
+            eprint!("{}", diagnose::links_text(&links, "  "));
+            report.diagnosis = Some(diagnosis);
+            report.trace_links = Some(links);
+        }
+        Err(e) => eprintln!("  no diagnosis: {e}"),
+    }
+}
+
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+pub fn describe(stage: &Stage) -> String {
+    let c = &stage.config;
+    format!(
+        "{} RU/s, {} partitions, parallelism {}, partition key {}",
+        c.provisioned_ru_per_second, c.partitions, c.query_parallelism, c.use_partition_key
+    )
+}
