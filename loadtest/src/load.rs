@@ -4,6 +4,7 @@
 //! by its duration and stops by itself.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
 
 use crate::data::DataSet;
 
@@ -324,88 +326,24 @@ pub async fn run(
         .build()
         .unwrap_or_default();
     let started = Instant::now();
-    let deadline = started + profile.duration();
-    let recorder = Arc::new(Recorder::new(started));
-    let target = Arc::new(target);
-    let bar = progress_bar(show_progress, label);
-    let mut tasks = tokio::task::JoinSet::new();
-    match profile {
+    let driver = Driver {
+        client,
+        target: Arc::new(target),
+        recorder: Arc::new(Recorder::new(started)),
+        bar: progress_bar(show_progress, label),
+        started,
+        deadline: started + profile.duration(),
+    };
+    let mut tasks = match profile {
         Profile::Arrival {
             rate_per_sec,
             max_in_flight,
             ..
-        } => {
-            let in_flight = Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
-            let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
-            let mut k: u32 = 0;
-            loop {
-                let intended = started + interval * k;
-                if intended >= deadline {
-                    break;
-                }
-                tokio::time::sleep_until(intended.into()).await;
-                k += 1;
-                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                    recorder.record(intended, Outcome::Dropped, Duration::ZERO);
-                    continue;
-                };
-                let (client, target, task_recorder) =
-                    (client.clone(), target.clone(), recorder.clone());
-                tasks.spawn(async move {
-                    let outcome = one_request(&client, &target).await;
-                    // Measured from the intended start: a late start counts as latency.
-                    task_recorder.record(intended, outcome, intended.elapsed());
-                    drop(permit);
-                });
-                if k.is_multiple_of(64) {
-                    update_bar(&bar, &recorder, started, deadline, None);
-                }
-            }
-        }
-        closed => {
-            let desired = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let mut spawned = 0;
-            while Instant::now() < deadline {
-                let now = Instant::now();
-                let users = closed.users_at(now - started);
-                desired.store(users, std::sync::atomic::Ordering::Relaxed);
-                recorder.set_users(now, users);
-                while spawned < users {
-                    let index = spawned;
-                    spawned += 1;
-                    let (client, target, recorder, desired) = (
-                        client.clone(),
-                        target.clone(),
-                        recorder.clone(),
-                        desired.clone(),
-                    );
-                    tasks.spawn(async move {
-                        while Instant::now() < deadline
-                            && index < desired.load(std::sync::atomic::Ordering::Relaxed)
-                        {
-                            let sent = Instant::now();
-                            let remaining = deadline.saturating_duration_since(sent);
-                            let outcome = match tokio::time::timeout(
-                                remaining,
-                                one_request(&client, &target),
-                            )
-                            .await
-                            {
-                                Ok(outcome) => outcome,
-                                // The run ended while this request was in flight.
-                                Err(_) => break,
-                            };
-                            recorder.record(sent, outcome, sent.elapsed());
-                        }
-                    });
-                }
-                update_bar(&bar, &recorder, started, deadline, Some(users));
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    }
+        } => driver.open_loop(rate_per_sec, max_in_flight).await,
+        closed => driver.closed_loop(closed).await,
+    };
     // Open-loop requests still in flight get until their timeout, then are cut off.
-    let grace = tokio::time::sleep(target.timeout);
+    let grace = tokio::time::sleep(driver.target.timeout);
     tokio::pin!(grace);
     loop {
         tokio::select! {
@@ -413,8 +351,111 @@ pub async fn run(
             _ = &mut grace => { tasks.abort_all(); break; }
         }
     }
-    bar.finish_and_clear();
-    recorder.summarize(profile.duration())
+    driver.bar.finish_and_clear();
+    driver.recorder.summarize(profile.duration())
+}
+
+/// What the request loops share.
+struct Driver {
+    client: reqwest::Client,
+    target: Arc<Target>,
+    recorder: Arc<Recorder>,
+    bar: ProgressBar,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Driver {
+    /// Open loop: requests start on a fixed schedule whatever the answers; beyond
+    /// `max_in_flight` a request is dropped (and counted) rather than queued.
+    async fn open_loop(&self, rate_per_sec: f64, max_in_flight: usize) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
+        let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
+        let mut k: u32 = 0;
+        loop {
+            let intended = self.started + interval * k;
+            if intended >= self.deadline {
+                break;
+            }
+            tokio::time::sleep_until(intended.into()).await;
+            k += 1;
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                self.recorder
+                    .record(intended, Outcome::Dropped, Duration::ZERO);
+                continue;
+            };
+            let (client, target, recorder) = (
+                self.client.clone(),
+                self.target.clone(),
+                self.recorder.clone(),
+            );
+            tasks.spawn(async move {
+                let outcome = one_request(&client, &target).await;
+                // Measured from the intended start: a late start counts as latency.
+                recorder.record(intended, outcome, intended.elapsed());
+                drop(permit);
+            });
+            if k.is_multiple_of(64) {
+                update_bar(&self.bar, &self.recorder, self.started, self.deadline, None);
+            }
+        }
+        tasks
+    }
+
+    /// Closed loop: the profile's users, each sending its next request when the last
+    /// one is answered; users beyond the current count stop after their request.
+    async fn closed_loop(&self, profile: Profile) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let desired = Arc::new(AtomicUsize::new(0));
+        let mut spawned = 0;
+        while Instant::now() < self.deadline {
+            let now = Instant::now();
+            let users = profile.users_at(now - self.started);
+            desired.store(users, Ordering::Relaxed);
+            self.recorder.set_users(now, users);
+            while spawned < users {
+                tasks.spawn(self.user(spawned, desired.clone()));
+                spawned += 1;
+            }
+            update_bar(
+                &self.bar,
+                &self.recorder,
+                self.started,
+                self.deadline,
+                Some(users),
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        tasks
+    }
+
+    /// User `index`: requests one after another while it is wanted and time is left.
+    fn user(
+        &self,
+        index: usize,
+        desired: Arc<AtomicUsize>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (client, target, recorder, deadline) = (
+            self.client.clone(),
+            self.target.clone(),
+            self.recorder.clone(),
+            self.deadline,
+        );
+        async move {
+            while Instant::now() < deadline && index < desired.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                let remaining = deadline.saturating_duration_since(sent);
+                let outcome =
+                    match tokio::time::timeout(remaining, one_request(&client, &target)).await {
+                        Ok(outcome) => outcome,
+                        // The run ended while this request was in flight.
+                        Err(_) => break,
+                    };
+                recorder.record(sent, outcome, sent.elapsed());
+            }
+        }
+    }
 }
 
 fn update_bar(

@@ -301,14 +301,80 @@ async fn spawn(
     if !args.iter().any(|a| a == "--listen") {
         args.extend(["--listen".to_owned(), "127.0.0.1:0".to_owned()]);
     }
+    let mut child = component_command(&exe, name, &args, log_file, otlp)
+        .spawn()
+        .map_err(|source| StackError::Spawn { name, source })?;
+    let log_text = log.display().to_string();
+    let exited = |status: String| StackError::Exited {
+        name,
+        status,
+        log: log_text.clone(),
+    };
+    let Some(stdout) = child.stdout.take() else {
+        return Err(exited("no stdout".into()));
+    };
+    let mut lines = BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+    let announced = match first {
+        Ok(Ok(Some(line))) => line,
+        _ => String::new(),
+    };
+    // The announced line ends with the component's URL (`lifecycle::announce`).
+    let url = announced
+        .rsplit(' ')
+        .next()
+        .and_then(|u| url::Url::parse(u).ok());
+    let Some(url) = url else {
+        let status = child
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "did not print its address".into());
+        let _ = child.kill().await;
+        return Err(exited(status));
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let ready = url.join(ready_route).unwrap_or_else(|_| url.clone());
+    match wait_ready(&mut child, &ready).await {
+        Ok(()) => {}
+        Err(Some(status)) => return Err(exited(status)),
+        Err(None) => {
+            let _ = child.kill().await;
+            return Err(StackError::NotReady {
+                name,
+                secs: READY_TIMEOUT.as_secs(),
+                log: log_text,
+            });
+        }
+    }
+    tracing::info!(component = name, %url, "ready");
+    Ok(Component {
+        name,
+        url,
+        announced,
+        child,
+        log,
+    })
+}
+
+/// The command that runs one component, its stderr into `log`, killed with us.
+fn component_command(
+    exe: &Path,
+    name: &str,
+    args: &[String],
+    log: std::fs::File,
+    otlp: Option<&str>,
+) -> Command {
     let mut command = Command::new(exe);
     command
         .arg("component")
         .arg(name)
-        .args(&args)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log_file))
+        .stderr(Stdio::from(log))
         .kill_on_drop(true);
     match otlp {
         Some(endpoint) => {
@@ -335,46 +401,20 @@ async fn spawn(
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|source| StackError::Spawn { name, source })?;
-    let log_text = log.display().to_string();
-    let exited = |status: String| StackError::Exited {
-        name,
-        status,
-        log: log_text.clone(),
-    };
-    let Some(stdout) = child.stdout.take() else {
-        return Err(exited("no stdout".into()));
-    };
-    let mut lines = BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
-    let announced = match first {
-        Ok(Ok(Some(line))) => line,
-        _ => String::new(),
-    };
-    let url = announced
-        .rsplit(' ')
-        .next()
-        .and_then(|u| url::Url::parse(u).ok());
-    let Some(url) = url else {
-        let status = child
-            .try_wait()
-            .ok()
-            .flatten()
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| "did not print its address".into());
-        let _ = child.kill().await;
-        return Err(exited(status));
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    command
+}
+
+/// How long a component may take from its address line to answering its readiness route.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Polls `ready` until it answers 2xx. `Err(Some(status))`: the child exited;
+/// `Err(None)`: it did not get ready in time.
+async fn wait_ready(child: &mut Child, ready: &url::Url) -> Result<(), Option<String>> {
     let http = reqwest::Client::new();
     let started = Instant::now();
-    let ready = url.join(ready_route).unwrap_or_else(|_| url.clone());
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(exited(status.to_string()));
+            return Err(Some(status.to_string()));
         }
         if let Ok(response) = http
             .get(ready.clone())
@@ -383,27 +423,14 @@ async fn spawn(
             .await
         {
             if response.status().is_success() {
-                break;
+                return Ok(());
             }
         }
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill().await;
-            return Err(StackError::NotReady {
-                name,
-                secs: 60,
-                log: log_text,
-            });
+        if started.elapsed() > READY_TIMEOUT {
+            return Err(None);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tracing::info!(component = name, %url, "ready");
-    Ok(Component {
-        name,
-        url,
-        announced,
-        child,
-        log,
-    })
 }
 
 impl Component {

@@ -14,14 +14,15 @@
 //! 6. the emulator stopped: utilization-service turns unready but stays alive; started
 //!    again: ready, with its documents still there (the StatefulSet's volume).
 
-use dronelab_contract::Service;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use dronelab_contract::Service;
 use serde_json::Value;
 
+use crate::image::Built;
 use crate::podman::{Lab, PodmanError};
 use crate::{contract, image, render};
 
@@ -73,58 +74,20 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     let lab = Lab::new(&args.lab);
     let overlays = crate::k8s_dir().join("overlays/local");
     let stages = loadtest::stages::builtin().map_err(|e| e.to_string())?;
-    let first = stages.first().ok_or("no stages")?;
-
-    let binaries = match &args.binaries {
-        Some(dir) => dir.clone(),
-        None => {
-            step("building the release binaries");
-            build_binaries().await?;
-            release_dir()
-        }
+    let (first, last) = match (stages.first(), stages.last()) {
+        (Some(first), Some(last)) => (first, last),
+        _ => return Err("no stages".into()),
     };
-    step("building the image from them");
-    let built = image::build(&lab, &binaries, contract::VERSION)
-        .await
-        .map_err(|e| e.to_string())?;
-    eprintln!(
-        "{}: {:.1} MB; {}: {:.1} MB",
-        built.base,
-        built.base_bytes as f64 / 1e6,
-        built.image,
-        built.image_bytes as f64 / 1e6
-    );
+    let (binaries, built) = build_image(&args, &lab).await?;
 
     step(&format!(
         "running overlays/local/{} as containers",
         first.name
     ));
-    lab.down(false).await.map_err(podman)?;
-    let first_overlay = overlays.join(&first.name);
-    let manifests = render::render(&first_overlay).map_err(|e| e.to_string())?;
-    lab.apply(&manifests).await.map_err(podman)?;
-    for workload in [
-        Service::CosmosEmulator,
-        Service::TraceViewer,
-        Service::Gateway,
-    ]
-    .map(Service::name)
-    {
-        lab.wait_ready(&manifests, workload, Duration::from_secs(60))
-            .await
-            .map_err(podman)?;
-    }
-    let url = |service: Service| lab.url(service.name(), i32::from(service.default_port()));
-    let gateway = url(Service::Gateway).await.map_err(podman)?;
-    let emulator = url(Service::CosmosEmulator).await.map_err(podman)?;
-    let viewer = url(Service::TraceViewer).await.map_err(podman)?;
-    let utilization = url(Service::Utilization).await.map_err(podman)?;
-    for c in lab.containers().await.map_err(podman)? {
-        eprintln!("  {:22} {}", c.workload, c.name);
-    }
+    let urls = start(&lab, &overlays.join(&first.name)).await?;
 
     step("readiness before the data exists: alive, not ready");
-    let probe = Probe::new(utilization.clone());
+    let probe = Probe::new(urls.utilization.clone());
     probe
         .wait_for(503, 200, Duration::from_secs(10))
         .await
@@ -140,7 +103,12 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
         &reports_dir,
         &lab,
         &overlays,
-        [&gateway, &emulator, &viewer, &utilization],
+        [
+            &urls.gateway,
+            &urls.emulator,
+            &urls.viewer,
+            &urls.utilization,
+        ],
     )
     .await?;
     let usage = sampler.stop().await;
@@ -148,38 +116,11 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     step("the stage verdicts and the trace links");
     let report = read_report(&reports_dir.join("latest/report.json"))?;
     check_verdicts(&report)?;
-    let links = check_trace_links(&report, &viewer).await?;
+    let links = check_trace_links(&report, &urls.viewer).await?;
     eprintln!("four verdicts as in the local run; {links} trace links open in the viewer");
 
     step("Cosmos unreachable: utilization-service turns unready, stays alive");
-    let emulator_pod = lab
-        .containers()
-        .await
-        .map_err(podman)?
-        .into_iter()
-        .find(|c| c.workload == "cosmos-emulator")
-        .map(|c| c.name)
-        .ok_or("no emulator container")?;
-    lab.podman(["stop", "-t", "10", &emulator_pod])
-        .await
-        .map_err(podman)?;
-    probe
-        .wait_for(503, 200, Duration::from_secs(20))
-        .await
-        .map_err(|e| format!("with the emulator stopped: {e}"))?;
-    eprintln!("utilization-service: /readyz 503, /healthz 200");
-    lab.podman(["start", &emulator_pod]).await.map_err(podman)?;
-    let last = overlays.join(&stages.last().ok_or("no stages")?.name);
-    let last_manifests = render::render(&last).map_err(|e| e.to_string())?;
-    lab.wait_ready(
-        &last_manifests,
-        Service::Utilization.name(),
-        Duration::from_secs(60),
-    )
-    .await
-    .map_err(podman)?;
-    let answer = invoice(&gateway).await?;
-    eprintln!("emulator back: ready again, and its documents survived the restart ({answer})");
+    cosmos_outage(&lab, &probe, &overlays.join(&last.name), &urls.gateway).await?;
 
     println!(
         "\n## podman proof ({:.0} s)\n",
@@ -201,6 +142,106 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     } else {
         lab.down(false).await.map_err(podman)?;
     }
+    Ok(())
+}
+
+/// The release binaries (built unless `--binaries` names them) and the image from them.
+async fn build_image(args: &ProofArgs, lab: &Lab) -> Result<(PathBuf, Built), String> {
+    let binaries = match &args.binaries {
+        Some(dir) => dir.clone(),
+        None => {
+            step("building the release binaries");
+            build_binaries().await?;
+            release_dir()
+        }
+    };
+    step("building the image from them");
+    let built = image::build(lab, &binaries, contract::VERSION)
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "{}: {:.1} MB; {}: {:.1} MB",
+        built.base,
+        built.base_bytes as f64 / 1e6,
+        built.image,
+        built.image_bytes as f64 / 1e6
+    );
+    Ok((binaries, built))
+}
+
+/// Where the proof reaches the workloads it drives.
+struct Urls {
+    gateway: url::Url,
+    emulator: url::Url,
+    viewer: url::Url,
+    utilization: url::Url,
+}
+
+/// Replaces whatever ran in the lab with `overlay` and waits for the workloads the load
+/// needs first.
+async fn start(lab: &Lab, overlay: &Path) -> Result<Urls, String> {
+    lab.down(false).await.map_err(podman)?;
+    let manifests = render::render(overlay).map_err(|e| e.to_string())?;
+    lab.apply(&manifests).await.map_err(podman)?;
+    for workload in [
+        Service::CosmosEmulator,
+        Service::TraceViewer,
+        Service::Gateway,
+    ]
+    .map(Service::name)
+    {
+        lab.wait_ready(&manifests, workload, Duration::from_secs(60))
+            .await
+            .map_err(podman)?;
+    }
+    let url = |service: Service| lab.url(service.name(), i32::from(service.default_port()));
+    let urls = Urls {
+        gateway: url(Service::Gateway).await.map_err(podman)?,
+        emulator: url(Service::CosmosEmulator).await.map_err(podman)?,
+        viewer: url(Service::TraceViewer).await.map_err(podman)?,
+        utilization: url(Service::Utilization).await.map_err(podman)?,
+    };
+    for c in lab.containers().await.map_err(podman)? {
+        eprintln!("  {:22} {}", c.workload, c.name);
+    }
+    Ok(urls)
+}
+
+/// Stops the emulator's container: utilization-service must turn unready and stay
+/// alive; started again, it must be ready with the data intact.
+async fn cosmos_outage(
+    lab: &Lab,
+    probe: &Probe,
+    last_overlay: &Path,
+    gateway: &url::Url,
+) -> Result<(), String> {
+    let emulator_pod = lab
+        .containers()
+        .await
+        .map_err(podman)?
+        .into_iter()
+        .find(|c| c.workload == Service::CosmosEmulator.name())
+        .map(|c| c.name)
+        .ok_or("no emulator container")?;
+    lab.podman(["stop", "-t", "10", &emulator_pod])
+        .await
+        .map_err(podman)?;
+    probe
+        .wait_for(503, 200, Duration::from_secs(20))
+        .await
+        .map_err(|e| format!("with the emulator stopped: {e}"))?;
+    eprintln!("utilization-service: /readyz 503, /healthz 200");
+    lab.podman(["start", &emulator_pod]).await.map_err(podman)?;
+    let last_manifests = render::render(last_overlay).map_err(|e| e.to_string())?;
+    lab.wait_ready(
+        &last_manifests,
+        Service::Utilization.name(),
+        Duration::from_secs(60),
+    )
+    .await
+    .map_err(podman)?;
+    let answer = invoice(gateway).await?;
+    eprintln!("emulator back: ready again, and its documents survived the restart ({answer})");
     Ok(())
 }
 

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::Span;
 
 use crate::store::{
     Attr, Batch, Event, Interner, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId, Value,
@@ -13,23 +15,9 @@ use crate::store::{
 /// Decodes an export request; spans with malformed or all-zero ids are counted as
 /// rejected, not stored.
 pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> Batch {
-    let mut out = Vec::new();
-    let mut rejected = 0;
+    let mut batch = Batch::default();
     for resource_spans in request.resource_spans {
-        let mut service: Arc<str> = Arc::from("unknown_service");
-        let mut tags = Vec::new();
-        for kv in resource_spans
-            .resource
-            .map(|r| r.attributes)
-            .unwrap_or_default()
-        {
-            let attr = convert_attr(interner, kv);
-            match (&*attr.key, &attr.value) {
-                ("service.name", Value::Str(name)) => service = name.clone(),
-                _ => tags.push(attr),
-            }
-        }
-        let process = Arc::new(Process { service, tags });
+        let process = process(resource_spans.resource, interner);
         for scope_spans in resource_spans.scope_spans {
             let scope = scope_spans
                 .scope
@@ -41,76 +29,98 @@ pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> 
                     TraceId::try_from(span.trace_id.as_slice()),
                     SpanId::try_from(span.span_id.as_slice()),
                 ) else {
-                    rejected += 1;
+                    batch.rejected += 1;
                     continue;
                 };
                 if trace_id == [0; 16] || span_id == [0; 8] {
-                    rejected += 1;
+                    batch.rejected += 1;
                     continue;
                 }
-                let parent = SpanId::try_from(span.parent_span_id.as_slice())
-                    .ok()
-                    .filter(|p| *p != [0; 8]);
-                let (status, status_message) = match span.status {
-                    Some(s) => (
-                        match s.code {
-                            1 => StatusCode::Ok,
-                            2 => StatusCode::Error,
-                            _ => StatusCode::Unset,
-                        },
-                        Some(s.message)
-                            .filter(|m| !m.is_empty())
-                            .map(|m| Arc::from(m.as_str())),
-                    ),
-                    None => (StatusCode::Unset, None),
-                };
-                let stored = StoredSpan {
-                    span_id,
-                    parent,
-                    name: interner.intern(&span.name),
-                    kind: span_kind(span.kind),
-                    start_ns: span.start_time_unix_nano,
-                    end_ns: span.end_time_unix_nano.max(span.start_time_unix_nano),
-                    attributes: span
-                        .attributes
-                        .into_iter()
-                        .map(|kv| convert_attr(interner, kv))
-                        .collect(),
-                    events: span
-                        .events
-                        .into_iter()
-                        .map(|e| Event {
-                            time_ns: e.time_unix_nano,
-                            name: interner.intern(&e.name),
-                            attributes: e
-                                .attributes
-                                .into_iter()
-                                .map(|kv| convert_attr(interner, kv))
-                                .collect(),
-                        })
-                        .collect(),
-                    links: span
-                        .links
-                        .iter()
-                        .filter_map(|l| {
-                            Some((
-                                TraceId::try_from(l.trace_id.as_slice()).ok()?,
-                                SpanId::try_from(l.span_id.as_slice()).ok()?,
-                            ))
-                        })
-                        .collect(),
-                    status,
-                    status_message,
-                    scope: scope.clone(),
-                    process: process.clone(),
-                };
-                out.push((trace_id, stored));
+                let stored = stored_span(span, span_id, &scope, &process, interner);
+                batch.spans.push((trace_id, stored));
             }
         }
     }
-    Batch {
-        spans: out,
-        rejected,
+    batch
+}
+
+/// The resource that sent the spans: its `service.name` and its other attributes.
+fn process(resource: Option<Resource>, interner: &mut Interner) -> Arc<Process> {
+    let mut service: Arc<str> = Arc::from("unknown_service");
+    let mut tags = Vec::new();
+    for kv in resource.map(|r| r.attributes).unwrap_or_default() {
+        let attr = convert_attr(interner, kv);
+        match (&*attr.key, &attr.value) {
+            ("service.name", Value::Str(name)) => service = name.clone(),
+            _ => tags.push(attr),
+        }
+    }
+    Arc::new(Process { service, tags })
+}
+
+/// One span with valid ids in the store's form.
+fn stored_span(
+    span: Span,
+    span_id: SpanId,
+    scope: &Option<Arc<str>>,
+    process: &Arc<Process>,
+    interner: &mut Interner,
+) -> StoredSpan {
+    let parent = SpanId::try_from(span.parent_span_id.as_slice())
+        .ok()
+        .filter(|p| *p != [0; 8]);
+    let (status, status_message) = match span.status {
+        Some(s) => (
+            match s.code {
+                1 => StatusCode::Ok,
+                2 => StatusCode::Error,
+                _ => StatusCode::Unset,
+            },
+            Some(s.message)
+                .filter(|m| !m.is_empty())
+                .map(|m| Arc::from(m.as_str())),
+        ),
+        None => (StatusCode::Unset, None),
+    };
+    StoredSpan {
+        span_id,
+        parent,
+        name: interner.intern(&span.name),
+        kind: span_kind(span.kind),
+        start_ns: span.start_time_unix_nano,
+        end_ns: span.end_time_unix_nano.max(span.start_time_unix_nano),
+        attributes: span
+            .attributes
+            .into_iter()
+            .map(|kv| convert_attr(interner, kv))
+            .collect(),
+        events: span
+            .events
+            .into_iter()
+            .map(|e| Event {
+                time_ns: e.time_unix_nano,
+                name: interner.intern(&e.name),
+                attributes: e
+                    .attributes
+                    .into_iter()
+                    .map(|kv| convert_attr(interner, kv))
+                    .collect(),
+            })
+            .collect(),
+        links: span
+            .links
+            .iter()
+            .filter_map(|l| {
+                Some((
+                    TraceId::try_from(l.trace_id.as_slice()).ok()?,
+                    SpanId::try_from(l.span_id.as_slice()).ok()?,
+                ))
+            })
+            .collect(),
+        status,
+        status_message,
+        scope: scope.clone(),
+        process: process.clone(),
     }
 }
 

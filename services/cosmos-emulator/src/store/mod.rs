@@ -401,25 +401,7 @@ impl Store {
         existing: Option<&Value>,
     ) -> StoreResult<Value> {
         let id = resource_id_field(body)?;
-        let mut pk = body.get("partitionKey").cloned().ok_or_else(|| {
-            StoreError::Invalid("partitionKey is required when creating a container".into())
-        })?;
-        if let Some(map) = pk.as_object_mut() {
-            map.entry("kind").or_insert_with(|| json!("Hash"));
-            map.entry("version").or_insert_with(|| json!(2));
-        }
-        let definition: PartitionKeyDefinition = serde_json::from_value(pk.clone())
-            .map_err(|e| StoreError::Invalid(format!("invalid partitionKey definition: {e}")))?;
-        if definition.paths().is_empty()
-            || definition
-                .paths()
-                .iter()
-                .any(|p| !p.starts_with('/') || p.len() < 2)
-        {
-            return Err(StoreError::Invalid(
-                "partitionKey.paths must hold paths like \"/ownerId\"".into(),
-            ));
-        }
+        let (pk, definition) = partition_key(body)?;
         // V1 hashes do not live in the V2 hash space the partition split assumes.
         let partitions = if pk.get("version") == Some(&json!(1)) {
             1
@@ -428,42 +410,7 @@ impl Store {
         };
         let resource = match existing {
             Some(resource) => resource.clone(),
-            None => {
-                let ordinal = self.ordinal() as u32 | 0x8000_0000;
-                let mut bytes = decode_rid(&db.rid).unwrap_or_default();
-                bytes.extend_from_slice(&ordinal.to_be_bytes());
-                let rid = encode_rid(&bytes);
-                let mut resource = body.clone();
-                if let Some(map) = resource.as_object_mut() {
-                    map.insert("partitionKey".into(), pk);
-                    map.entry("indexingPolicy").or_insert_with(|| {
-                        json!({
-                            "indexingMode": "consistent",
-                            "automatic": true,
-                            "includedPaths": [{"path": "/*"}],
-                            "excludedPaths": [{"path": "/\"_etag\"/?"}]
-                        })
-                    });
-                    map.entry("conflictResolutionPolicy").or_insert_with(|| {
-                        json!({"mode": "LastWriterWins", "conflictResolutionPath": "/_ts", "conflictResolutionProcedure": ""})
-                    });
-                    map.entry("geospatialConfig")
-                        .or_insert_with(|| json!({"type": "Geography"}));
-                    map.insert("_rid".into(), json!(rid));
-                    map.insert(
-                        "_self".into(),
-                        json!(format!("dbs/{}/colls/{rid}/", db.rid)),
-                    );
-                    map.insert("_etag".into(), json!(new_etag()));
-                    map.insert("_docs".into(), json!("docs/"));
-                    map.insert("_sprocs".into(), json!("sprocs/"));
-                    map.insert("_triggers".into(), json!("triggers/"));
-                    map.insert("_udfs".into(), json!("udfs/"));
-                    map.insert("_conflicts".into(), json!("conflicts/"));
-                    map.insert("_ts".into(), json!(now_secs()));
-                }
-                resource
-            }
+            None => self.new_container_resource(db, body, pk),
         };
         let rid = resource
             .get("_rid")
@@ -510,6 +457,45 @@ impl Store {
         container.apply_throughput(throughput.or(db.throughput()));
         containers.push(Arc::new(container));
         Ok(resource)
+    }
+
+    /// A new container's resource: the body with Cosmos DB's defaults and system
+    /// properties (`_rid`, `_self`, `_etag`, ...).
+    fn new_container_resource(&self, db: &Database, body: &Value, pk: Value) -> Value {
+        let ordinal = self.ordinal() as u32 | 0x8000_0000;
+        let mut bytes = decode_rid(&db.rid).unwrap_or_default();
+        bytes.extend_from_slice(&ordinal.to_be_bytes());
+        let rid = encode_rid(&bytes);
+        let mut resource = body.clone();
+        if let Some(map) = resource.as_object_mut() {
+            map.insert("partitionKey".into(), pk);
+            map.entry("indexingPolicy").or_insert_with(|| {
+                json!({
+                    "indexingMode": "consistent",
+                    "automatic": true,
+                    "includedPaths": [{"path": "/*"}],
+                    "excludedPaths": [{"path": "/\"_etag\"/?"}]
+                })
+            });
+            map.entry("conflictResolutionPolicy").or_insert_with(|| {
+                json!({"mode": "LastWriterWins", "conflictResolutionPath": "/_ts", "conflictResolutionProcedure": ""})
+            });
+            map.entry("geospatialConfig")
+                .or_insert_with(|| json!({"type": "Geography"}));
+            map.insert("_rid".into(), json!(rid));
+            map.insert(
+                "_self".into(),
+                json!(format!("dbs/{}/colls/{rid}/", db.rid)),
+            );
+            map.insert("_etag".into(), json!(new_etag()));
+            map.insert("_docs".into(), json!("docs/"));
+            map.insert("_sprocs".into(), json!("sprocs/"));
+            map.insert("_triggers".into(), json!("triggers/"));
+            map.insert("_udfs".into(), json!("udfs/"));
+            map.insert("_conflicts".into(), json!("conflicts/"));
+            map.insert("_ts".into(), json!(now_secs()));
+        }
+        resource
     }
 
     pub fn delete_container(&self, db: &Database, name_or_rid: &str) -> StoreResult<()> {
@@ -822,6 +808,30 @@ impl Store {
 
 /// Cosmos's item size limit.
 pub const MAX_DOCUMENT_BYTES: usize = 2 * 1024 * 1024;
+
+/// The body's `partitionKey` with Cosmos DB's defaults (hash, version 2), validated.
+fn partition_key(body: &Value) -> StoreResult<(Value, PartitionKeyDefinition)> {
+    let mut pk = body.get("partitionKey").cloned().ok_or_else(|| {
+        StoreError::Invalid("partitionKey is required when creating a container".into())
+    })?;
+    if let Some(map) = pk.as_object_mut() {
+        map.entry("kind").or_insert_with(|| json!("Hash"));
+        map.entry("version").or_insert_with(|| json!(2));
+    }
+    let definition: PartitionKeyDefinition = serde_json::from_value(pk.clone())
+        .map_err(|e| StoreError::Invalid(format!("invalid partitionKey definition: {e}")))?;
+    if definition.paths().is_empty()
+        || definition
+            .paths()
+            .iter()
+            .any(|p| !p.starts_with('/') || p.len() < 2)
+    {
+        return Err(StoreError::Invalid(
+            "partitionKey.paths must hold paths like \"/ownerId\"".into(),
+        ));
+    }
+    Ok((pk, definition))
+}
 
 fn resource_id_field(body: &Value) -> StoreResult<String> {
     let id = body
