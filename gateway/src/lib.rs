@@ -37,6 +37,13 @@ pub const SERVICE_NAME: &str = Service::Gateway.name();
 /// The longest an invoice request may take (graceful shutdown drains no longer).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `--backend-timeout-ms` unless set.
+pub const DEFAULT_BACKEND_TIMEOUT_MS: u64 = 10_000;
+/// `--max-retries` unless set.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// `--max-concurrency` unless set.
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 512;
+
 fn positive_ms(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(0) | Err(_) => Err(format!("{s:?} must be a positive number of milliseconds")),
@@ -56,15 +63,29 @@ pub struct GatewayArgs {
     #[arg(long, env = "UTILIZATION_URL", default_value_t = Service::Utilization.default_url())]
     pub utilization_url: url::Url,
     /// Per-backend call timeout in ms; a slower backend's section is left `null`.
-    #[arg(long, env = "GATEWAY_BACKEND_TIMEOUT_MS", default_value = "10000", value_parser = positive_ms)]
+    #[arg(long, env = "GATEWAY_BACKEND_TIMEOUT_MS", default_value_t = DEFAULT_BACKEND_TIMEOUT_MS, value_parser = positive_ms)]
     pub backend_timeout_ms: u64,
     /// Retries of a backend call on connection failure or 503 (within the retry budget).
-    #[arg(long, env = "GATEWAY_MAX_RETRIES", default_value_t = 2)]
+    #[arg(long, env = "GATEWAY_MAX_RETRIES", default_value_t = DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
     /// Invoice requests served at once; more are shed with 503 + Retry-After.
-    #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = 512,
+    #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = DEFAULT_MAX_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_concurrency: u32,
+}
+
+impl GatewayArgs {
+    /// The three backends' base URLs, everything else as the command line defaults it.
+    pub fn with_backends(delivery: url::Url, package: url::Url, utilization: url::Url) -> Self {
+        Self {
+            delivery_url: delivery,
+            package_url: package,
+            utilization_url: utilization,
+            backend_timeout_ms: DEFAULT_BACKEND_TIMEOUT_MS,
+            max_retries: DEFAULT_MAX_RETRIES,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+        }
+    }
 }
 
 pub struct AppState {

@@ -64,14 +64,7 @@ async fn closed_port() -> url::Url {
 }
 
 fn args(delivery: url::Url, package: url::Url, utilization: url::Url) -> gateway::GatewayArgs {
-    gateway::GatewayArgs {
-        delivery_url: delivery,
-        package_url: package,
-        utilization_url: utilization,
-        backend_timeout_ms: 10_000,
-        max_retries: 2,
-        max_concurrency: 512,
-    }
+    gateway::GatewayArgs::with_backends(delivery, package, utilization)
 }
 
 fn gateway(args: &gateway::GatewayArgs) -> Router {

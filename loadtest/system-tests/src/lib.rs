@@ -17,6 +17,7 @@ use loadtest::data::DataSet;
 use loadtest::seed::SeedArgs;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 pub use service_kit::Telemetry;
+use summary_backend::{Summary, SummaryArgs, SummaryState};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -144,26 +145,25 @@ impl TestStack {
         }
     }
 
-    pub async fn delivery(&self, telemetry: Telemetry) -> Server {
-        let args = delivery_service::SummaryArgs {
+    /// delivery-service or package-service (`S`), connected.
+    pub async fn summary<S: Summary>(&self, telemetry: Telemetry) -> Server {
+        let args = SummaryArgs {
             cosmos: self.cosmos_args(),
         };
-        let state = delivery_service::AppState::connect(&args, telemetry)
+        let state = SummaryState::<S>::connect(&args, telemetry)
             .await
-            .expect("delivery state");
-        Server::spawn(|listener| delivery_service::run(listener, state, std::future::pending()))
+            .expect("summary backend state");
+        Server::spawn(|listener| summary_backend::run(listener, state, std::future::pending()))
+            .await
+    }
+
+    pub async fn delivery(&self, telemetry: Telemetry) -> Server {
+        self.summary::<delivery_service::Deliveries>(telemetry)
             .await
     }
 
     pub async fn package(&self, telemetry: Telemetry) -> Server {
-        let args = package_service::SummaryArgs {
-            cosmos: self.cosmos_args(),
-        };
-        let state = package_service::AppState::connect(&args, telemetry)
-            .await
-            .expect("package state");
-        Server::spawn(|listener| package_service::run(listener, state, std::future::pending()))
-            .await
+        self.summary::<package_service::Packages>(telemetry).await
     }
 
     pub fn utilization_args(&self, knobs: QueryKnobs) -> utilization_service::UtilizationArgs {
@@ -189,7 +189,7 @@ impl TestStack {
         let package = self.package(telemetry.package).await;
         let utilization = self.utilization(telemetry.utilization, knobs).await;
         let gateway = start_gateway(
-            &gateway_args(delivery.url(), package.url(), utilization.url()),
+            &gateway::GatewayArgs::with_backends(delivery.url(), package.url(), utilization.url()),
             telemetry.gateway,
         )
         .await;
@@ -243,21 +243,6 @@ pub fn emulator_config(partitions: u16) -> cosmos_emulator::Config {
     let mut config = cosmos_emulator::Config::for_tests();
     config.partitions = partitions;
     config
-}
-
-pub fn gateway_args(
-    delivery: url::Url,
-    package: url::Url,
-    utilization: url::Url,
-) -> gateway::GatewayArgs {
-    gateway::GatewayArgs {
-        delivery_url: delivery,
-        package_url: package,
-        utilization_url: utilization,
-        backend_timeout_ms: 10_000,
-        max_retries: 2,
-        max_concurrency: 512,
-    }
 }
 
 pub async fn start_gateway(args: &gateway::GatewayArgs, telemetry: Telemetry) -> Server {

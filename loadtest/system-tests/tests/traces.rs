@@ -38,7 +38,7 @@ async fn one_trace_spans_gateway_backends_and_every_cosmos_attempt() {
         .utilization(utilization_telemetry, knobs("0", false))
         .await;
     let gateway = start_gateway(
-        &gateway_args(delivery.url(), package.url(), utilization.url()),
+        &gateway::GatewayArgs::with_backends(delivery.url(), package.url(), utilization.url()),
         gateway_telemetry,
     )
     .await;

@@ -77,7 +77,7 @@ async fn throttled_run() -> ThrottledRun {
         .utilization(telemetries[2].clone(), knobs("0", false))
         .await;
     let gateway = start_gateway(
-        &gateway_args(delivery.url(), package.url(), utilization.url()),
+        &gateway::GatewayArgs::with_backends(delivery.url(), package.url(), utilization.url()),
         telemetries[3].clone(),
     )
     .await;

@@ -2,9 +2,7 @@
 //! document in container `deliveries` (partition key `/ownerId`).
 
 use dronelab_contract::{routes, Container, DeliverySummary, Service};
-use service_kit::server::ServiceCommand;
-use service_kit::Telemetry;
-use summary_backend::Summary;
+use summary_backend::{Summary, SummaryCommand};
 
 pub use summary_backend::{build_app, run, SummaryArgs, SummaryState};
 
@@ -14,6 +12,8 @@ pub const SERVICE_NAME: &str = Service::Delivery.name();
 pub struct Deliveries;
 
 impl Summary for Deliveries {
+    const SERVICE: Service = Service::Delivery;
+    const ABOUT: &'static str = "Monthly delivery counts per owner, read from Cosmos DB.";
     type Body = DeliverySummary;
     const CONTAINER: Container = Container::Deliveries;
     const ROUTE: &'static str = routes::DELIVERY_SUMMARY;
@@ -21,26 +21,5 @@ impl Summary for Deliveries {
 
 pub type AppState = SummaryState<Deliveries>;
 
-// The binary's command line, here so the Kubernetes contract test can read its env names.
-/// Monthly delivery counts per owner, read from Cosmos DB.
-#[derive(clap::Parser)]
-#[command(name = Service::Delivery.name(), version, about)]
-pub struct Cli {
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::Delivery.default_listen())]
-    pub listen: std::net::SocketAddr,
-    #[command(flatten)]
-    pub summary: crate::SummaryArgs,
-}
-
-impl ServiceCommand for Cli {
-    const NAME: &'static str = SERVICE_NAME;
-
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
-    }
-
-    async fn build(self, telemetry: Telemetry) -> Result<axum::Router, String> {
-        Ok(build_app(AppState::start(&self.summary, telemetry)))
-    }
-}
+/// The binary's command line (also read by the Kubernetes contract test).
+pub type Cli = SummaryCommand<Deliveries>;

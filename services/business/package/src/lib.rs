@@ -2,9 +2,7 @@
 //! summary document in container `packages` (partition key `/ownerId`).
 
 use dronelab_contract::{routes, Container, PackageSummary, Service};
-use service_kit::server::ServiceCommand;
-use service_kit::Telemetry;
-use summary_backend::Summary;
+use summary_backend::{Summary, SummaryCommand};
 
 pub use summary_backend::{build_app, run, SummaryArgs, SummaryState};
 
@@ -15,6 +13,9 @@ pub const SERVICE_NAME: &str = Service::Package.name();
 pub struct Packages;
 
 impl Summary for Packages {
+    const SERVICE: Service = Service::Package;
+    const ABOUT: &'static str =
+        "Monthly package counts and weights per owner, read from Cosmos DB.";
     type Body = PackageSummary;
     const CONTAINER: Container = Container::Packages;
     const ROUTE: &'static str = routes::PACKAGE_SUMMARY;
@@ -22,26 +23,5 @@ impl Summary for Packages {
 
 pub type AppState = SummaryState<Packages>;
 
-// The binary's command line, here so the Kubernetes contract test can read its env names.
-/// Monthly package counts and weights per owner, read from Cosmos DB.
-#[derive(clap::Parser)]
-#[command(name = Service::Package.name(), version, about)]
-pub struct Cli {
-    /// Address to listen on.
-    #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::Package.default_listen())]
-    pub listen: std::net::SocketAddr,
-    #[command(flatten)]
-    pub summary: crate::SummaryArgs,
-}
-
-impl ServiceCommand for Cli {
-    const NAME: &'static str = SERVICE_NAME;
-
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
-    }
-
-    async fn build(self, telemetry: Telemetry) -> Result<axum::Router, String> {
-        Ok(build_app(AppState::start(&self.summary, telemetry)))
-    }
-}
+/// The binary's command line (also read by the Kubernetes contract test).
+pub type Cli = SummaryCommand<Packages>;

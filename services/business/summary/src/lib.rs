@@ -8,7 +8,7 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use dronelab_contract::{Container, OwnerMonth};
+use dronelab_contract::{Container, OwnerMonth, Service};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::KeyValue;
 use serde::de::DeserializeOwned;
@@ -18,17 +18,49 @@ use tokio::net::TcpListener;
 use cosmos_kit::{
     BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
 };
-use service_kit::server::{self, Instrumentation, Limits, RequestContext};
+use service_kit::server::{self, Instrumentation, Limits, RequestContext, ServiceCommand};
 use service_kit::Telemetry;
 
 /// What distinguishes one summary backend from another.
 pub trait Summary: Send + Sync + 'static {
+    /// The service: its name and default port.
+    const SERVICE: Service;
+    /// What `--help` says the service is.
+    const ABOUT: &'static str;
     /// The summary document as read and as answered (a month without one is the default).
     type Body: DeserializeOwned + Serialize + Default + Send + Sync + 'static;
     /// Cosmos container holding the summaries.
     const CONTAINER: Container;
     /// The route, e.g. `/api/deliveries/summary`.
     const ROUTE: &'static str;
+}
+
+/// A summary backend's command line (`delivery-service`, `package-service`).
+#[derive(clap::Parser)]
+#[command(name = S::SERVICE.name(), version, about = S::ABOUT)]
+pub struct SummaryCommand<S: Summary> {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value_t = S::SERVICE.default_listen())]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
+    #[arg(skip)]
+    _summary: std::marker::PhantomData<fn() -> S>,
+}
+
+impl<S: Summary> ServiceCommand for SummaryCommand<S> {
+    const NAME: &'static str = S::SERVICE.name();
+
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+
+    async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
+        Ok(build_app(SummaryState::<S>::start(
+            &self.summary,
+            telemetry,
+        )))
+    }
 }
 
 /// Command-line configuration of a summary backend.
