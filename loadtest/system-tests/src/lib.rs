@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 
+use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::models::ThroughputProperties;
 use cosmos_kit::{CosmosArgs, PUBLIC_EMULATOR_KEY};
 use dronelab_contract::{
@@ -201,14 +202,19 @@ impl TestStack {
         }
     }
 
-    /// Replaces a container's throughput (a low value provokes 429s).
-    pub async fn set_throughput(&self, container: Container, ru_per_second: u64) {
+    async fn container(&self, container: Container) -> ContainerClient {
         let client = self.cosmos_args().connect().await.expect("client");
         client
             .database_client(DATABASE)
             .container_client(container.name(), None)
             .await
             .expect("container")
+    }
+
+    /// Replaces a container's throughput (a low value provokes 429s).
+    pub async fn set_throughput(&self, container: Container, ru_per_second: u64) {
+        self.container(container)
+            .await
             .begin_replace_throughput(ThroughputProperties::manual(ru_per_second), None)
             .await
             .expect("replace")
@@ -218,12 +224,8 @@ impl TestStack {
 
     /// Deletes a container (its service turns unready).
     pub async fn delete(&self, container: Container) {
-        let client = self.cosmos_args().connect().await.expect("client");
-        client
-            .database_client(DATABASE)
-            .container_client(container.name(), None)
+        self.container(container)
             .await
-            .expect("container")
             .delete(None)
             .await
             .expect("deleted");

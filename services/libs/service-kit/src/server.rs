@@ -15,7 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use dronelab_contract::routes;
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -128,28 +128,11 @@ pub fn standard(
         .layer(middleware::from_fn_with_state(instrumentation, observe))
 }
 
-/// One server span per request, following the OpenTelemetry HTTP conventions, plus the
-/// trace id in `traceresponse` and `x-trace-id` so a user can jump to the trace.
-async fn observe(
-    State(instrumentation): State<Instrumentation>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let method = request.method().as_str().to_owned();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    if UNTRACED.contains(&request.uri().path()) {
-        return next.run(request).await;
-    }
-    let telemetry = &instrumentation.telemetry;
-    let parent = telemetry.extract(request.headers());
+/// The OpenTelemetry HTTP server attributes known before the handler runs.
+fn server_attributes(request: &Request, method: &str, route: &str) -> Vec<KeyValue> {
     let mut attributes = vec![
-        KeyValue::new("http.request.method", method.clone()),
-        KeyValue::new("http.route", route.clone()),
+        KeyValue::new("http.request.method", method.to_owned()),
+        KeyValue::new("http.route", route.to_owned()),
         KeyValue::new("url.path", request.uri().path().to_owned()),
         KeyValue::new("url.scheme", "http"),
     ];
@@ -169,11 +152,49 @@ async fn observe(
             attributes.push(KeyValue::new("server.port", port));
         }
     }
+    attributes
+}
+
+/// `traceresponse` (W3C) and `x-trace-id`, so a caller can find the request's trace.
+fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
+    let trace_id = span.trace_id().to_string();
+    let traceresponse = format!(
+        "00-{trace_id}-{}-{:02x}",
+        span.span_id(),
+        span.trace_flags().to_u8()
+    );
+    if let Ok(v) = HeaderValue::from_str(&traceresponse) {
+        headers.insert("traceresponse", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&trace_id) {
+        headers.insert("x-trace-id", v);
+    }
+}
+
+/// One server span per request, following the OpenTelemetry HTTP conventions, plus the
+/// trace id in `traceresponse` and `x-trace-id` so a user can jump to the trace.
+async fn observe(
+    State(instrumentation): State<Instrumentation>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    if UNTRACED.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let telemetry = &instrumentation.telemetry;
+    let parent = telemetry.extract(request.headers());
     let span = telemetry
         .tracer()
         .span_builder(format!("{method} {route}"))
         .with_kind(SpanKind::Server)
-        .with_attributes(attributes)
+        .with_attributes(server_attributes(&request, &method, &route))
         .start_with_context(telemetry.tracer(), &parent);
     let cx = parent.with_span(span);
     request.extensions_mut().insert(RequestContext(cx.clone()));
@@ -192,19 +213,7 @@ async fn observe(
     let span_context = span.span_context().clone();
     span.end();
     if span_context.is_valid() {
-        let trace_id = span_context.trace_id().to_string();
-        let traceresponse = format!(
-            "00-{trace_id}-{}-{:02x}",
-            span_context.span_id(),
-            span_context.trace_flags().to_u8()
-        );
-        let headers = response.headers_mut();
-        if let Ok(v) = HeaderValue::from_str(&traceresponse) {
-            headers.insert("traceresponse", v);
-        }
-        if let Ok(v) = HeaderValue::from_str(&trace_id) {
-            headers.insert("x-trace-id", v);
-        }
+        add_trace_headers(response.headers_mut(), &span_context);
     }
     let http = &instrumentation.http;
     http.requests
