@@ -3,247 +3,110 @@
 //! each request's *intended* send time (no coordinated omission). Every run is bounded
 //! by its duration and stops by itself.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::data::DataSet;
+pub use crate::profile::Profile;
+pub use crate::record::{
+    LoadRecord, LoadSummary, Outcome, Percentiles, SecondRecord, SecondSample,
+};
+use crate::shard::Shard;
 
-/// How many simulated users (or requests per second) over time.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Profile {
-    /// Closed loop: `start_users`, plus `step_users` every `step_secs`, up to `max_users`.
-    Step {
-        start_users: usize,
-        step_users: usize,
-        step_secs: f64,
-        max_users: usize,
-        duration_secs: f64,
-    },
-    /// Closed loop with a fixed number of users.
-    Constant { users: usize, duration_secs: f64 },
-    /// Open loop: requests start at a fixed rate whatever the latency.
-    Arrival {
-        rate_per_sec: f64,
-        duration_secs: f64,
-        max_in_flight: usize,
-    },
-}
+/// Most latencies `--record-samples` keeps (8 MB); beyond them it keeps none.
+const MAX_SAMPLES: usize = 1_000_000;
 
-impl Profile {
-    /// The study's load: 4 users every 10 s up to 40, for `duration_secs`.
-    pub fn study_step(duration_secs: f64) -> Self {
-        Profile::Step {
-            start_users: 4,
-            step_users: 4,
-            step_secs: 10.0,
-            max_users: 40,
-            duration_secs,
-        }
-    }
-
-    pub fn duration(&self) -> Duration {
-        let secs = match *self {
-            Profile::Step { duration_secs, .. }
-            | Profile::Constant { duration_secs, .. }
-            | Profile::Arrival { duration_secs, .. } => duration_secs,
-        };
-        Duration::from_secs_f64(secs.max(0.0))
-    }
-
-    /// Users that should be active `elapsed` into the run (closed-loop profiles).
-    pub fn users_at(&self, elapsed: Duration) -> usize {
-        match *self {
-            Profile::Step {
-                start_users,
-                step_users,
-                step_secs,
-                max_users,
-                ..
-            } => {
-                let steps = if step_secs > 0.0 {
-                    (elapsed.as_secs_f64() / step_secs).floor() as usize
-                } else {
-                    0
-                };
-                start_users
-                    .saturating_add(steps.saturating_mul(step_users))
-                    .min(max_users)
-            }
-            Profile::Constant { users, .. } => users,
-            Profile::Arrival { .. } => 0,
-        }
-    }
-}
-
-/// Outcome classes counted per second and in total.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Ok,
-    /// `200` with `"partial": true`: a backend failed.
-    Partial,
-    Http4xx,
-    Http5xx,
-    Timeout,
-    Connection,
-    /// Open loop only: the request could not start (too many in flight).
-    Dropped,
-}
-
-fn latency_histogram() -> Histogram<u64> {
-    // Microseconds, 1 µs to 10 min, 3 significant figures: constant, valid bounds.
-    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
-}
-
-#[derive(Debug, Clone)]
-struct Second {
-    outcomes: BTreeMap<Outcome, u64>,
-    latency: Histogram<u64>,
-    users: usize,
-}
-
-impl Default for Second {
-    fn default() -> Self {
-        Self {
-            outcomes: BTreeMap::new(),
-            latency: latency_histogram(),
-            users: 0,
-        }
-    }
-}
-
-/// Collects outcomes and latencies, per second and in total.
+/// Collects outcomes and latencies per second of the run.
 #[derive(Debug)]
 pub struct Recorder {
     started: Instant,
-    seconds: Mutex<Vec<Second>>,
+    seconds: Mutex<Vec<SecondRecord>>,
+    /// Every latency (µs), when asked for, up to `MAX_SAMPLES`.
+    samples: Option<Mutex<Vec<u64>>>,
 }
 
 impl Recorder {
-    pub fn new(started: Instant) -> Self {
+    pub fn new(started: Instant, keep_samples: bool) -> Self {
         Self {
             started,
             seconds: Mutex::new(Vec::new()),
+            samples: keep_samples.then(|| Mutex::new(Vec::new())),
         }
     }
 
-    fn with_second<R>(&self, at: Instant, f: impl FnOnce(&mut Second) -> R) -> R {
+    fn with_second<R>(&self, at: Instant, f: impl FnOnce(&mut SecondRecord) -> R) -> R {
         let index = at.saturating_duration_since(self.started).as_secs() as usize;
         let mut seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
         if seconds.len() <= index {
-            seconds.resize_with(index + 1, Second::default);
+            seconds.resize_with(index + 1, SecondRecord::default);
         }
         f(&mut seconds[index])
     }
 
     /// Records a request that started (or was meant to start) at `at`.
     pub fn record(&self, at: Instant, outcome: Outcome, latency: Duration) {
+        let micros = latency.as_micros().max(1) as u64;
         self.with_second(at, |s| {
             *s.outcomes.entry(outcome).or_default() += 1;
             if outcome != Outcome::Dropped {
-                let _ = s.latency.record(latency.as_micros().max(1) as u64);
+                let _ = s.latency.record(micros);
             }
         });
+        if let (Some(samples), false) = (&self.samples, outcome == Outcome::Dropped) {
+            let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+            if samples.len() < MAX_SAMPLES {
+                samples.push(micros);
+            }
+        }
+    }
+
+    /// For the progress line: the last complete second's requests and p95 (ms), and the
+    /// failed requests so far.
+    fn progress(&self) -> (Option<(u64, f64)>, u64) {
+        let seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let last = seconds.iter().rev().nth(1).map(|s| {
+            (
+                s.outcomes.values().sum::<u64>(),
+                Percentiles::of(&s.latency).p95,
+            )
+        });
+        let failed = seconds
+            .iter()
+            .flat_map(|s| s.outcomes.iter())
+            .filter(|(o, _)| **o != Outcome::Ok)
+            .map(|(_, n)| n)
+            .sum();
+        (last, failed)
     }
 
     pub fn set_users(&self, at: Instant, users: usize) {
         self.with_second(at, |s| s.users = s.users.max(users));
     }
 
-    /// Totals and the per-second series.
-    pub fn summarize(&self, duration: Duration) -> LoadSummary {
-        let seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
-        let mut total = latency_histogram();
-        let mut outcomes: BTreeMap<Outcome, u64> = BTreeMap::new();
-        let mut series = Vec::with_capacity(seconds.len());
-        for (t, s) in seconds.iter().enumerate() {
-            let _ = total.add(&s.latency);
-            for (o, n) in &s.outcomes {
-                *outcomes.entry(*o).or_default() += n;
-            }
-            let requests: u64 = s.outcomes.values().sum();
-            series.push(SecondSample {
-                t: t as u64,
-                users: s.users,
-                requests,
-                ok: s.outcomes.get(&Outcome::Ok).copied().unwrap_or(0),
-                errors: requests - s.outcomes.get(&Outcome::Ok).copied().unwrap_or(0),
-                latency_ms: Percentiles::of(&s.latency),
-            });
-        }
-        let requests: u64 = outcomes.values().sum();
-        let successful = outcomes.get(&Outcome::Ok).copied().unwrap_or(0);
-        let secs = duration.as_secs_f64().max(1e-9);
-        LoadSummary {
-            requests,
-            successful_requests: successful,
-            failed_requests: requests - successful,
-            outcomes,
-            duration_secs: secs,
-            throughput_rps: successful as f64 / secs,
-            latency_ms: Percentiles::of(&total),
-            series,
+    /// The run as a mergeable record.
+    pub fn into_record(
+        self,
+        profile: Profile,
+        shard: Shard,
+        started_at_unix_ms: u64,
+    ) -> LoadRecord {
+        let samples_us = self
+            .samples
+            .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .filter(|s| s.len() < MAX_SAMPLES);
+        LoadRecord {
+            shard,
+            profile,
+            started_at_unix_ms,
+            seconds: self.seconds.into_inner().unwrap_or_else(|e| e.into_inner()),
+            samples_us,
         }
     }
-}
-
-/// Latency statistics in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub avg: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    pub fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return Self::default();
-        }
-        let ms = |us: u64| (us as f64 / 10.0).round() / 100.0;
-        Self {
-            avg: (h.mean() / 10.0).round() / 100.0,
-            p50: ms(h.value_at_quantile(0.50)),
-            p90: ms(h.value_at_quantile(0.90)),
-            p95: ms(h.value_at_quantile(0.95)),
-            p99: ms(h.value_at_quantile(0.99)),
-            max: ms(h.max()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SecondSample {
-    pub t: u64,
-    pub users: usize,
-    pub requests: u64,
-    pub ok: u64,
-    pub errors: u64,
-    pub latency_ms: Percentiles,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoadSummary {
-    pub requests: u64,
-    pub successful_requests: u64,
-    pub failed_requests: u64,
-    pub outcomes: BTreeMap<Outcome, u64>,
-    pub duration_secs: f64,
-    pub throughput_rps: f64,
-    pub latency_ms: Percentiles,
-    pub series: Vec<SecondSample>,
 }
 
 /// What a request asks for: a random owner-month of the seeded data.
@@ -313,24 +176,63 @@ fn progress_bar(show: bool, label: &str) -> ProgressBar {
     bar
 }
 
-/// Runs `profile` against `target`; returns when the profile's duration is over.
+/// How one generator takes part in a run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Its part of the profile.
+    pub shard: Shard,
+    /// When the run starts, the same for every shard of a run; now if unset.
+    pub start_at: Option<SystemTime>,
+    /// Keep every latency in the record, to check a merge against.
+    pub keep_samples: bool,
+    pub show_progress: bool,
+}
+
+/// Runs `profile` against `target` alone; returns when the profile's duration is over.
 pub async fn run(
     target: Target,
     profile: Profile,
     show_progress: bool,
     label: &str,
 ) -> LoadSummary {
+    let options = RunOptions {
+        shard: Shard::WHOLE,
+        start_at: None,
+        keep_samples: false,
+        show_progress,
+    };
+    run_recorded(target, profile, options, label)
+        .await
+        .summary()
+}
+
+/// Runs this generator's shard of `profile`, from `options.start_at`, into a record that
+/// merges with the other shards'.
+pub async fn run_recorded(
+    target: Target,
+    profile: Profile,
+    options: RunOptions,
+    label: &str,
+) -> LoadRecord {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
         .build()
         .unwrap_or_default();
+    if let Some(wait) = options
+        .start_at
+        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+    {
+        tokio::time::sleep(wait).await;
+    }
     let started = Instant::now();
+    let started_at_unix_ms = unix_ms(SystemTime::now());
     let driver = Driver {
         client,
         target: Arc::new(target),
-        recorder: Arc::new(Recorder::new(started)),
-        bar: progress_bar(show_progress, label),
+        recorder: Arc::new(Recorder::new(started, options.keep_samples)),
+        bar: progress_bar(options.show_progress, label),
+        shard: options.shard,
         started,
         deadline: started + profile.duration(),
     };
@@ -352,7 +254,21 @@ pub async fn run(
         }
     }
     driver.bar.finish_and_clear();
-    driver.recorder.summarize(profile.duration())
+    let Driver {
+        recorder, shard, ..
+    } = driver;
+    match Arc::try_unwrap(recorder) {
+        Ok(recorder) => recorder.into_record(profile, shard, started_at_unix_ms),
+        // Every task holding it has finished or been aborted, so this does not happen;
+        // an empty record would say so rather than panic.
+        Err(_) => Recorder::new(started, false).into_record(profile, shard, started_at_unix_ms),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// What the request loops share.
@@ -361,6 +277,7 @@ struct Driver {
     target: Arc<Target>,
     recorder: Arc<Recorder>,
     bar: ProgressBar,
+    shard: Shard,
     started: Instant,
     deadline: Instant,
 }
@@ -378,8 +295,11 @@ impl Driver {
             if intended >= self.deadline {
                 break;
             }
-            tokio::time::sleep_until(intended.into()).await;
             k += 1;
+            if !self.shard.sends(u64::from(k - 1)) {
+                continue;
+            }
+            tokio::time::sleep_until(intended.into()).await;
             let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                 self.recorder
                     .record(intended, Outcome::Dropped, Duration::ZERO);
@@ -411,7 +331,7 @@ impl Driver {
         let mut spawned = 0;
         while Instant::now() < self.deadline {
             let now = Instant::now();
-            let users = profile.users_at(now - self.started);
+            let users = self.shard.users(profile.users_at(now - self.started));
             desired.store(users, Ordering::Relaxed);
             self.recorder.set_users(now, users);
             while spawned < users {
@@ -469,16 +389,15 @@ fn update_bar(
         return;
     }
     let elapsed = started.elapsed();
-    let summary = recorder.summarize(elapsed);
-    let last = summary.series.iter().rev().nth(1).cloned();
+    let (last_second, failed) = recorder.progress();
     bar.set_message(format!(
         "{:>4.0}/{:.0}s  users {:>3}  req/s {:>6.1}  p95 {:>7.1} ms  errors {}",
         elapsed.as_secs_f64(),
         (deadline - started).as_secs_f64(),
         users.map(|u| u.to_string()).unwrap_or_else(|| "-".into()),
-        last.as_ref().map(|s| s.requests as f64).unwrap_or(0.0),
-        last.as_ref().map(|s| s.latency_ms.p95).unwrap_or(0.0),
-        summary.failed_requests,
+        last_second.map_or(0.0, |(requests, _)| requests as f64),
+        last_second.map_or(0.0, |(_, p95)| p95),
+        failed,
     ));
     bar.tick();
 }
@@ -501,7 +420,7 @@ mod tests {
     #[test]
     fn histograms_merge_into_totals_and_series() {
         let start = Instant::now();
-        let recorder = Recorder::new(start);
+        let recorder = Recorder::new(start, false);
         for ms in [10, 20, 30, 40] {
             recorder.record(start, Outcome::Ok, Duration::from_millis(ms));
         }
@@ -515,7 +434,11 @@ mod tests {
             Outcome::Ok,
             Duration::from_millis(1000),
         );
-        let s = recorder.summarize(Duration::from_secs(2));
+        let profile = Profile::Constant {
+            users: 1,
+            duration_secs: 2.0,
+        };
+        let s = recorder.into_record(profile, Shard::WHOLE, 0).summary();
         assert_eq!(
             (s.requests, s.successful_requests, s.failed_requests),
             (6, 5, 1)

@@ -1,8 +1,9 @@
-//! The command line: `seed`, `run`, `up`, `tune`, `diagnose`, and the hidden `component`
+//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `diagnose`, and the hidden `component`
 //! the local stack uses to start each service as its own process. One module per command
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
 mod component;
+mod merge;
 mod run;
 mod up;
 
@@ -35,6 +36,8 @@ pub enum Command {
     Up(up::UpArgs),
     /// The main job: run the study's four tuning stages and report beside its numbers.
     Tune(Box<TuneArgs>),
+    /// Combine the records of a run's shards (`run --shard i/N --record`) into one.
+    Merge(merge::MergeArgs),
     /// Read traces from a Jaeger-compatible API and name the bottleneck and the next step.
     Diagnose(crate::diagnose::DiagnoseArgs),
     /// Run one component of the local stack in this process (used by `up` and `tune`).
@@ -66,6 +69,12 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
         Command::Up(args) => {
             init_logging();
             if let Err(e) = up::up(args).await {
+                return fail(e);
+            }
+        }
+        Command::Merge(args) => {
+            init_logging();
+            if let Err(e) = merge::merge(args) {
                 return fail(e);
             }
         }

@@ -1,10 +1,13 @@
 //! `loadtest run`: drives one load profile against a gateway and prints the summary.
 
-use std::time::Duration;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dronelab_contract::Service;
 
-use crate::load::{self, Profile, Target};
+use crate::load::{self, LoadSummary, Profile, RunOptions, Target};
+use crate::shard::Shard;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ProfileKind {
@@ -55,6 +58,44 @@ pub struct RunArgs {
     /// Write the summary (JSON) here.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// Drive shard `i` of `N` of the profile (`0/4` … `3/4`): the users or the arrival
+    /// rate split exactly between N generators; `loadtest merge` combines their records.
+    #[arg(long, default_value = "0/1", env = "LOADTEST_SHARD")]
+    pub shard: Shard,
+    /// Start at this time (ms since the Unix epoch), so every shard's steps line up.
+    #[arg(long, env = "LOADTEST_START_AT")]
+    pub start_at: Option<u64>,
+    /// Write the mergeable record (per-second HDR histograms, outcomes, users) here;
+    /// `-` writes it to stdout as one JSON document.
+    #[arg(long)]
+    pub record: Option<std::path::PathBuf>,
+    /// Keep every latency in the record (at most 1,000,000), to check a merge against.
+    #[arg(long, requires = "record")]
+    pub record_samples: bool,
+}
+
+/// The longest a shard waits for `--start-at`.
+const MAX_START_WAIT: Duration = Duration::from_secs(3600);
+/// How late a shard may start and still count as on time.
+const START_TOLERANCE: Duration = Duration::from_secs(2);
+
+/// `--start-at` as a time, if it is neither past nor too far ahead.
+fn start_time(start_at_ms: u64) -> Result<SystemTime, String> {
+    let at = UNIX_EPOCH + Duration::from_millis(start_at_ms);
+    let now = SystemTime::now();
+    match at.duration_since(now) {
+        Ok(ahead) if ahead > MAX_START_WAIT => Err(format!(
+            "--start-at is {:.0} s ahead; at most {} s",
+            ahead.as_secs_f64(),
+            MAX_START_WAIT.as_secs()
+        )),
+        Ok(_) => Ok(at),
+        Err(late) if late.duration() <= START_TOLERANCE => Ok(now),
+        Err(late) => Err(format!(
+            "--start-at was {:.1} s ago: the other shards have started; give a time ahead",
+            late.duration().as_secs_f64()
+        )),
+    }
 }
 
 impl RunArgs {
@@ -101,18 +142,49 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         },
         timeout: Duration::from_secs(args.timeout.max(1)),
     };
-    let summary = load::run(target, profile, true, "run").await;
-    println!(
-        "{} requests, {} ok, {} failed, {:.1} req/s; latency ms avg {:.1} p50 {:.1} p90 {:.1} p95 {:.1} p99 {:.1} max {:.1}",
-        summary.requests, summary.successful_requests, summary.failed_requests, summary.throughput_rps,
-        summary.latency_ms.avg, summary.latency_ms.p50, summary.latency_ms.p90, summary.latency_ms.p95,
-        summary.latency_ms.p99, summary.latency_ms.max
-    );
-    if let Some(path) = args.out {
-        serde_json::to_vec_pretty(&summary)
-            .map_err(std::io::Error::other)
-            .and_then(|json| std::fs::write(&path, json))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let options = RunOptions {
+        shard: args.shard,
+        start_at: args.start_at.map(start_time).transpose()?,
+        keep_samples: args.record_samples,
+        // With the record on stdout, progress would only get in the way.
+        show_progress: args.record.as_deref() != Some(Path::new("-")),
+    };
+    let label = format!("run {}", args.shard);
+    let record = load::run_recorded(target, profile, options, &label).await;
+    let summary = record.summary();
+    if let Some(path) = &args.record {
+        write_json(path, &record)?;
+    }
+    print_summary(&summary, args.record.as_deref() == Some(Path::new("-")));
+    if let Some(path) = &args.out {
+        write_json(path, &summary)?;
     }
     Ok(())
+}
+
+/// Writes `value` as JSON to `path`, or to stdout for `-`.
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), String> {
+    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    if path == Path::new("-") {
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(&json)
+            .and_then(|()| stdout.write_all(b"\n"))
+            .map_err(|e| format!("writing to stdout: {e}"))
+    } else {
+        std::fs::write(path, json).map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+/// The one-line summary: on stdout, or on stderr when stdout carries the record.
+pub fn print_summary(summary: &LoadSummary, stdout_taken: bool) {
+    let line = format!("{} requests, {} ok, {} failed, {:.1} req/s; latency ms avg {:.1} p50 {:.1} p90 {:.1} p95 {:.1} p99 {:.1} max {:.1}",
+        summary.requests, summary.successful_requests, summary.failed_requests, summary.throughput_rps,
+        summary.latency_ms.avg, summary.latency_ms.p50, summary.latency_ms.p90, summary.latency_ms.p95,
+        summary.latency_ms.p99, summary.latency_ms.max);
+    if stdout_taken {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }

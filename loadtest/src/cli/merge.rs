@@ -1,0 +1,85 @@
+//! `loadtest merge`: combines the records of a run's shards into one, exactly (HDR
+//! histograms added, counts summed, seconds aligned on the common start).
+
+use std::path::{Path, PathBuf};
+
+use super::run::{print_summary, write_json};
+use crate::record::LoadRecord;
+
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// The shards' records (`run --record`), or their pods' logs: the last line that is
+    /// a record counts.
+    #[arg(required = true)]
+    pub records: Vec<PathBuf>,
+    /// Write the merged summary (JSON) here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write the merged record here (`-`: stdout).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+}
+
+pub fn merge(args: MergeArgs) -> Result<(), String> {
+    let records = args
+        .records
+        .iter()
+        .map(|path| read_record(path))
+        .collect::<Result<Vec<_>, _>>()?;
+    let shards = records.len();
+    let merged = LoadRecord::merge(records).map_err(|e| e.to_string())?;
+    let summary = merged.summary();
+    eprintln!("merged {shards} shards");
+    print_summary(&summary, args.record.as_deref() == Some(Path::new("-")));
+    if let Some(path) = &args.out {
+        write_json(path, &summary)?;
+    }
+    if let Some(path) = &args.record {
+        write_json(path, &merged)?;
+    }
+    Ok(())
+}
+
+/// A record file, or a log whose last record line is taken (a pod's log holds its
+/// stderr lines too).
+pub fn read_record(path: &Path) -> Result<LoadRecord, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    parse_record(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+pub fn parse_record(text: &str) -> Result<LoadRecord, String> {
+    if let Ok(record) = serde_json::from_str(text) {
+        return Ok(record);
+    }
+    text.lines()
+        .rev()
+        .filter(|line| line.starts_with('{'))
+        .find_map(|line| serde_json::from_str(line).ok())
+        .ok_or_else(|| "no load record in it (written by `loadtest run --record`)".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::Profile;
+    use crate::shard::Shard;
+
+    #[test]
+    fn a_record_is_found_in_a_pod_log_among_other_lines() {
+        let record = LoadRecord {
+            shard: Shard::WHOLE,
+            profile: Profile::Constant {
+                users: 1,
+                duration_secs: 1.0,
+            },
+            started_at_unix_ms: 5,
+            seconds: Vec::new(),
+            samples_us: None,
+        };
+        let json = serde_json::to_string(&record).expect("json");
+        let log = format!("WARN starting\n{json}\n12 requests, 12 ok, 0 failed\n");
+        assert_eq!(parse_record(&log), Ok(record));
+        assert!(parse_record("no record here\n{\"not\": 1}\n").is_err());
+    }
+}
