@@ -3,6 +3,7 @@
 
 pub mod calibration;
 pub mod cli;
+pub mod cluster;
 pub mod data;
 pub mod diagnose;
 pub mod emulator;

@@ -38,6 +38,48 @@ impl Profile {
         }
     }
 
+    /// The profile as `loadtest run` flags (what a load-generator pod is started with).
+    pub fn to_args(&self) -> Vec<String> {
+        let flags: Vec<(&str, String)> = match *self {
+            Profile::Step {
+                start_users,
+                step_users,
+                step_secs,
+                max_users,
+                duration_secs,
+            } => vec![
+                ("--profile", "step".into()),
+                ("--start-users", start_users.to_string()),
+                ("--step-users", step_users.to_string()),
+                ("--step-secs", step_secs.to_string()),
+                ("--users", max_users.to_string()),
+                ("--duration", duration_secs.to_string()),
+            ],
+            Profile::Constant {
+                users,
+                duration_secs,
+            } => vec![
+                ("--profile", "constant".into()),
+                ("--users", users.to_string()),
+                ("--duration", duration_secs.to_string()),
+            ],
+            Profile::Arrival {
+                rate_per_sec,
+                duration_secs,
+                max_in_flight,
+            } => vec![
+                ("--profile", "arrival".into()),
+                ("--rate", rate_per_sec.to_string()),
+                ("--duration", duration_secs.to_string()),
+                ("--max-in-flight", max_in_flight.to_string()),
+            ],
+        };
+        flags
+            .into_iter()
+            .flat_map(|(flag, value)| [flag.to_owned(), value])
+            .collect()
+    }
+
     pub fn duration(&self) -> Duration {
         let secs = match *self {
             Profile::Step { duration_secs, .. }

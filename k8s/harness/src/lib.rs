@@ -17,6 +17,18 @@ pub mod workload;
 use std::path::{Path, PathBuf};
 
 /// The repository's `k8s/` directory.
+/// The load generators' Job, as YAML with a header saying where it comes from.
+pub fn loadgen_yaml() -> Result<String, String> {
+    let job = loadtest::cluster::loadgen::LoadgenJob::default().job();
+    let yaml = serde_saphyr::to_string(&job).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "# The distributed load generator: an Indexed Job of 4 pods, each driving its shard of\n\
+         # the study's step load (2 minutes) at the gateway and printing its record as the\n\
+         # last line of its log. Written by `k8s-harness loadgen` from the Job `loadtest\n\
+         # tune --load-pods` creates (a test keeps them equal); edit that, not this.\n{yaml}"
+    ))
+}
+
 pub fn k8s_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

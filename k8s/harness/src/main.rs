@@ -56,6 +56,9 @@ enum Command {
     /// containers, check readiness and liveness, run the quick tuning run against them
     /// through the stage overlays, and check its verdicts and trace links.
     Proof(proof::ProofArgs),
+    /// Print the load generators' Job as `loadtest tune` builds it (the file
+    /// `k8s/components/loadgen/job.yaml` is this; a test keeps them equal).
+    Loadgen,
 }
 
 #[derive(clap::Args)]
@@ -101,6 +104,7 @@ async fn main() -> ExitCode {
             .await
             .map_err(|e| e.to_string()),
         Command::Proof(args) => proof::run(args).await,
+        Command::Loadgen => k8s_harness::loadgen_yaml().map(|yaml| print!("{yaml}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

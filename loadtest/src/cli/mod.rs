@@ -4,7 +4,7 @@
 
 mod component;
 mod merge;
-mod run;
+pub mod run;
 mod up;
 
 use std::time::Instant;

@@ -99,7 +99,7 @@ fn start_time(start_at_ms: u64) -> Result<SystemTime, String> {
 }
 
 impl RunArgs {
-    fn profile(&self) -> Result<Profile, String> {
+    pub fn profile(&self) -> Result<Profile, String> {
         if !(self.duration > 0.0 && self.duration <= 24.0 * 3600.0) {
             return Err("--duration must be between 0 and 86400 seconds".into());
         }
