@@ -308,10 +308,14 @@ async fn probe_paths_are_served_by_the_binaries() {
 fn the_loadgen_component_is_the_job_tune_creates() {
     let path = k8s_dir().join("components/loadgen/job.yaml");
     let text = std::fs::read_to_string(&path).expect("job.yaml");
-    let committed: k8s_openapi::api::batch::v1::Job =
-        serde_saphyr::from_str(&text).expect("a Job");
+    let committed: k8s_openapi::api::batch::v1::Job = serde_saphyr::from_str(&text).expect("a Job");
     let built = loadtest::cluster::loadgen::LoadgenJob::default().job();
-    assert_eq!(committed, built, "run `k8s-harness loadgen > {}`", path.display());
+    assert_eq!(
+        committed,
+        built,
+        "run `k8s-harness loadgen > {}`",
+        path.display()
+    );
     assert_eq!(
         k8s_harness::loadgen_yaml().expect("yaml"),
         text,

@@ -2,7 +2,7 @@
 //! process starts, or an existing deployment (`--target`) whose query knobs a
 //! `--stage-command` rolls out.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use azure_data_cosmos::models::ThroughputProperties;
@@ -12,6 +12,7 @@ use trace_analysis::client::TraceApi;
 
 use super::{TuneArgs, TuneError};
 use crate::calibration::EmulatorModel;
+use crate::cluster::{manifests, Cluster};
 use crate::emulator::{self, EmulatorAdmin};
 use crate::seed::SeedArgs;
 use crate::stack::Stack;
@@ -30,6 +31,8 @@ pub struct Deployment {
     pub utilization: Option<url::Url>,
     /// Where to change RU/s and seed: the seeding arguments with the actual endpoint.
     pub seed: SeedArgs,
+    /// The cluster, in cluster mode, and where its stage overlays are.
+    pub cluster: Option<(Cluster, PathBuf, Duration)>,
     /// The query knobs utilization-service runs with now.
     knobs: QueryKnobs,
 }
@@ -43,10 +46,33 @@ impl Deployment {
         model: &EmulatorModel,
         http: &reqwest::Client,
     ) -> Result<Self, TuneError> {
-        let mut deployment = match &args.target {
-            Some(target) => Self::existing(args, first, target, http).await?,
-            None => Self::local(args, first, dir, model).await?,
+        // Connect first: a wrong context or missing rights should stop the run before
+        // minutes of seeding.
+        let cluster = match args.cluster {
+            true => Some(Cluster::connect(args.kube_context.as_deref(), &args.namespace).await?),
+            false => None,
         };
+        let mut deployment = match (&args.target, &cluster) {
+            (Some(target), _) => Self::existing(args, first, target, http).await?,
+            (None, Some(_)) if args.load_pods.is_some() => {
+                Self::existing(args, first, &in_cluster_gateway(), http).await?
+            }
+            (None, Some(_)) => return Err(TuneError::NoLoadSource),
+            (None, None) => Self::local(args, first, dir, model).await?,
+        };
+        if let Some(cluster) = cluster {
+            eprintln!(
+                "cluster mode: context {}, namespace {}, overlays from {}",
+                cluster.context,
+                cluster.namespace,
+                args.overlays.display()
+            );
+            deployment.cluster = Some((
+                cluster,
+                args.overlays.clone(),
+                Duration::from_secs(args.rollout_timeout_secs),
+            ));
+        }
         deployment.traces = args
             .traces_api
             .clone()
@@ -88,6 +114,7 @@ impl Deployment {
             traces: None,
             utilization: args.utilization_url.clone(),
             seed,
+            cluster: None,
             // As deployed for the first stage; a differing one is applied when it comes.
             knobs: first.config.knobs(),
         })
@@ -121,6 +148,7 @@ impl Deployment {
             stack: Some(stack),
             traces: None,
             seed,
+            cluster: None,
             knobs,
         })
     }
@@ -137,6 +165,11 @@ impl Deployment {
     /// ready for load), by restarting the local utilization-service, or by asking.
     pub async fn apply(&mut self, stage: &Stage, command: Option<&str>) -> Result<(), TuneError> {
         let wanted = stage.config.knobs();
+        if let Some((cluster, overlays, timeout)) = &self.cluster {
+            apply_overlay(cluster, &overlays.join(&stage.name), &stage.name, *timeout).await?;
+            self.knobs = wanted;
+            return Ok(());
+        }
         match (command, self.stack.as_mut()) {
             (Some(command), _) => apply_stage(command, &stage.name).await?,
             (None, Some(stack)) if wanted != self.knobs => {
@@ -155,6 +188,44 @@ impl Deployment {
         self.knobs = wanted;
         Ok(())
     }
+}
+
+/// The gateway's Service, as pods in the namespace reach it.
+pub fn in_cluster_gateway() -> url::Url {
+    let gateway = Service::Gateway;
+    url::Url::parse(&format!(
+        "http://{}:{}/",
+        gateway.name(),
+        gateway.default_port()
+    ))
+    .expect("a Service name and a port form a valid URL")
+}
+
+/// Server-side applies a stage's overlay and waits for utilization-service's rollout,
+/// the one workload a stage changes.
+async fn apply_overlay(
+    cluster: &Cluster,
+    overlay: &Path,
+    stage: &str,
+    timeout: Duration,
+) -> Result<(), TuneError> {
+    let invalid = |reason: String| TuneError::Overlay {
+        stage: stage.to_owned(),
+        reason,
+    };
+    let objects =
+        manifests::objects(&manifests::render(overlay).map_err(invalid)?).map_err(invalid)?;
+    eprintln!(
+        "  applying {} ({} objects) through the Kubernetes API",
+        overlay.display(),
+        objects.len()
+    );
+    cluster.apply(&objects).await?;
+    cluster
+        .wait_rollout(Service::Utilization.name(), timeout)
+        .await?;
+    eprintln!("  utilization-service rolled out");
+    Ok(())
 }
 
 fn report_seeded(written: usize, started: Instant) {

@@ -52,6 +52,27 @@ pub struct TuneArgs {
     /// latency, RU and calls per operation); without it those columns stay 0.
     #[arg(long, requires = "target")]
     pub utilization_url: Option<url::Url>,
+    /// Cluster mode: before every stage, server-side apply `<overlays>/<stage>` through
+    /// the Kubernetes API and wait for utilization-service's rollout. Needs the RBAC in
+    /// `k8s/rbac/tune.yaml` and either `--target` (load from here) or `--load-pods`.
+    #[arg(long)]
+    pub cluster: bool,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, requires = "cluster")]
+    pub kube_context: Option<String>,
+    /// The namespace dronelab runs in.
+    #[arg(long, default_value = "dronelab")]
+    pub namespace: String,
+    /// The stage overlays to apply in cluster mode (one directory per stage).
+    #[arg(long, default_value = "k8s/overlays")]
+    pub overlays: PathBuf,
+    /// Drive the load from N pods inside the cluster (an Indexed Job, see
+    /// `k8s/components/loadgen`) instead of from this process; their records are merged.
+    #[arg(long, requires = "cluster", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub load_pods: Option<u32>,
+    /// The longest a stage's rollout may take (cluster mode).
+    #[arg(long, default_value_t = 300)]
+    pub rollout_timeout_secs: u64,
     /// Leave the local stack running after the run, for trace inspection (Ctrl-C stops it).
     #[arg(long)]
     pub keep_up: bool,
@@ -82,6 +103,14 @@ pub enum TuneError {
     NoStages,
     #[error("the stage command for {stage} failed: {reason}")]
     StageCommand { stage: String, reason: String },
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    #[error("stage {stage}: {reason}")]
+    Overlay { stage: String, reason: String },
+    #[error("merging the load pods' records: {0}")]
+    Merge(crate::record::MergeError),
+    #[error("cluster mode needs --target (load from here) or --load-pods (load from the cluster)")]
+    NoLoadSource,
 }
 
 fn run_id() -> String {
@@ -126,6 +155,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         target: &target,
         profile,
         stage_command: args.stage_command.as_deref(),
+        load_pods: args.load_pods,
     };
     let mut reports = Vec::new();
     for stage in &stages {

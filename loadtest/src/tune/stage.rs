@@ -6,14 +6,14 @@ use std::time::Duration;
 use dronelab_contract::{routes, Container, Service};
 use trace_analysis::client::{self, TraceApi, TraceWindow};
 
-use super::deployment::{set_throughput, Deployment};
+use super::deployment::{in_cluster_gateway, set_throughput, Deployment};
 use super::metrics::{scrape, utilization_latency};
 use super::sampler::Sampler;
 use super::TuneError;
+use crate::cluster::loadgen::LoadgenJob;
 use crate::diagnose;
 use crate::emulator::EmulatorSnapshot;
-use crate::load::Profile;
-use crate::load::{self, Target};
+use crate::load::{self, LoadRecord, LoadSummary, Profile, Target};
 use crate::report::{CosmosFigures, StageReport};
 use crate::stages::Stage;
 
@@ -25,6 +25,8 @@ pub struct StageRun<'a> {
     pub target: &'a Target,
     pub profile: Profile,
     pub stage_command: Option<&'a str>,
+    /// Load from this many pods in the cluster instead of from this process.
+    pub load_pods: Option<u32>,
 }
 
 impl StageRun<'_> {
@@ -51,7 +53,7 @@ impl StageRun<'_> {
         let before = scrape(self.http, utilization.as_ref()).await;
         let sampler = emulator.clone().map(|e| Sampler::start(e, container));
         let window_start = unix_micros();
-        let summary = load::run(self.target.clone(), self.profile, true, &stage.name).await;
+        let summary = self.load(&stage.name).await?;
         let window_end = unix_micros();
         let cosmos_series = match sampler {
             Some(sampler) => sampler.finish().await,
@@ -96,6 +98,40 @@ const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 
 /// Reads the stage's invoice traces back, prints the verdict and the links, and puts
 /// them in the stage's report.
+impl StageRun<'_> {
+    /// The stage's load: from this process, or merged from the cluster's load pods.
+    async fn load(&self, stage: &str) -> Result<LoadSummary, TuneError> {
+        let (Some((cluster, _, _)), Some(pods)) = (&self.deployment.cluster, self.load_pods) else {
+            return Ok(load::run(self.target.clone(), self.profile, true, stage).await);
+        };
+        let spec = LoadgenJob {
+            namespace: cluster.namespace.clone(),
+            image: cluster.image_of(Service::Gateway.name()).await?,
+            pods,
+            // Inside the cluster the pods reach the gateway through its Service.
+            target: in_cluster_gateway().to_string(),
+            profile: self.profile,
+            data: self.target.data,
+            // Time for every pod to be scheduled and started before the common start.
+            start_at_unix_ms: Some(unix_micros() / 1000 + LOAD_POD_START_DELAY.as_millis() as u64),
+        };
+        eprintln!(
+            "  load from {pods} pods in the cluster (Job {})",
+            crate::cluster::loadgen::NAME
+        );
+        let timeout = LOAD_POD_START_DELAY
+            + self.profile.duration()
+            + self.target.timeout
+            + Duration::from_secs(60);
+        let records = cluster.run_loadgen(&spec, timeout).await?;
+        let merged = LoadRecord::merge(records).map_err(TuneError::Merge)?;
+        Ok(merged.summary())
+    }
+}
+
+/// How long after the Job is created its pods start the load together.
+const LOAD_POD_START_DELAY: Duration = Duration::from_secs(30);
+
 pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
     let window = TraceWindow {
         service: Service::Gateway.name().into(),
