@@ -136,6 +136,19 @@ pub enum MergeError {
 }
 
 impl LoadRecord {
+    /// A record file's text, or a log whose last record line is taken (a load pod's
+    /// log holds its stderr lines too).
+    pub fn from_log(text: &str) -> Result<LoadRecord, String> {
+        if let Ok(record) = serde_json::from_str(text) {
+            return Ok(record);
+        }
+        text.lines()
+            .rev()
+            .filter(|line| line.starts_with('{'))
+            .find_map(|line| serde_json::from_str(line).ok())
+            .ok_or_else(|| "no load record in it (written by `loadtest run --record`)".to_owned())
+    }
+
     /// Totals and the per-second series, as one generator's run reports them.
     pub fn summary(&self) -> LoadSummary {
         let mut total = latency_histogram();

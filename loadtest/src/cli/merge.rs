@@ -45,18 +45,7 @@ pub fn merge(args: MergeArgs) -> Result<(), String> {
 pub fn read_record(path: &Path) -> Result<LoadRecord, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    parse_record(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-pub fn parse_record(text: &str) -> Result<LoadRecord, String> {
-    if let Ok(record) = serde_json::from_str(text) {
-        return Ok(record);
-    }
-    text.lines()
-        .rev()
-        .filter(|line| line.starts_with('{'))
-        .find_map(|line| serde_json::from_str(line).ok())
-        .ok_or_else(|| "no load record in it (written by `loadtest run --record`)".to_owned())
+    LoadRecord::from_log(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -79,7 +68,7 @@ mod tests {
         };
         let json = serde_json::to_string(&record).expect("json");
         let log = format!("WARN starting\n{json}\n12 requests, 12 ok, 0 failed\n");
-        assert_eq!(parse_record(&log), Ok(record));
-        assert!(parse_record("no record here\n{\"not\": 1}\n").is_err());
+        assert_eq!(LoadRecord::from_log(&log), Ok(record));
+        assert!(LoadRecord::from_log("no record here\n{\"not\": 1}\n").is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
 mod component;
-pub mod merge;
+mod merge;
 pub mod run;
 mod up;
 

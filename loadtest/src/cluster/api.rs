@@ -330,7 +330,7 @@ impl Cluster {
                 .logs(&name, &LogParams::default())
                 .await
                 .map_err(|e| self.error("get", format!("pods/{name}/log"), e))?;
-            let record = crate::cli::merge::parse_record(&log)
+            let record = LoadRecord::from_log(&log)
                 .map_err(|e| ClusterError::Loadgen(format!("pod {name}: {e}")))?;
             records.push(record);
         }
