@@ -149,6 +149,65 @@ impl Cluster {
         Ok(())
     }
 
+    /// Forwards a fresh loopback port to `port` of a running pod of `app`
+    /// (`app.kubernetes.io/name`) through the API server, as `kubectl port-forward`
+    /// does; each connection gets its own stream. Ends when the returned task is dropped
+    /// or aborted.
+    pub async fn port_forward(
+        &self,
+        app: &str,
+        port: u16,
+    ) -> Result<(url::Url, tokio::task::JoinHandle<()>), ClusterError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = ListParams::default()
+            .labels(&format!("app.kubernetes.io/name={app}"))
+            .fields("status.phase=Running");
+        let pod = pods
+            .list(&selector)
+            .await
+            .map_err(|e| self.error("list", "pods", e))?
+            .items
+            .into_iter()
+            .find_map(|p| p.metadata.name)
+            .ok_or_else(|| ClusterError::Api {
+                verb: "port-forward",
+                resource: format!("pods of {app}"),
+                reason: "none is running".into(),
+            })?;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| ClusterError::Api {
+                verb: "port-forward",
+                resource: format!("pods/{pod}"),
+                reason: e.to_string(),
+            })?;
+        let local = listener.local_addr().map_err(|e| ClusterError::Api {
+            verb: "port-forward",
+            resource: format!("pods/{pod}"),
+            reason: e.to_string(),
+        })?;
+        let forwarding = tokio::spawn(async move {
+            while let Ok((mut connection, _)) = listener.accept().await {
+                let (pods, pod) = (pods.clone(), pod.clone());
+                tokio::spawn(async move {
+                    let Ok(mut forwarder) = pods.portforward(&pod, &[port]).await else {
+                        return;
+                    };
+                    if let Some(mut upstream) = forwarder.take_stream(port) {
+                        let _ = tokio::io::copy_bidirectional(&mut connection, &mut upstream).await;
+                    }
+                    forwarder.abort();
+                });
+            }
+        });
+        let url = url::Url::parse(&format!("http://{local}/")).map_err(|e| ClusterError::Api {
+            verb: "port-forward",
+            resource: app.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok((url, forwarding))
+    }
+
     /// The image a Deployment's first container runs (the load generators use the same).
     pub async fn image_of(&self, deployment: &str) -> Result<String, ClusterError> {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);

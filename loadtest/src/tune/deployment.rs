@@ -33,6 +33,8 @@ pub struct Deployment {
     pub seed: SeedArgs,
     /// The cluster, in cluster mode, and where its stage overlays are.
     pub cluster: Option<(Cluster, PathBuf, Duration)>,
+    /// Port-forwards to in-cluster parts, alive as long as the run.
+    forwards: Vec<tokio::task::JoinHandle<()>>,
     /// The query knobs utilization-service runs with now.
     knobs: QueryKnobs,
 }
@@ -52,6 +54,14 @@ impl Deployment {
             true => Some(Cluster::connect(args.kube_context.as_deref(), &args.namespace).await?),
             false => None,
         };
+        // In-cluster parts the run reaches from here: through the API server unless the
+        // user gave an address.
+        let mut args = args.clone();
+        let mut forwards = Vec::new();
+        if let Some(cluster) = &cluster {
+            forwards = forward_in_cluster_parts(cluster, &mut args).await;
+        }
+        let args = &args;
         let mut deployment = match (&args.target, &cluster) {
             (Some(target), _) => Self::existing(args, first, target, http).await?,
             (None, Some(_)) if args.load_pods.is_some() => {
@@ -60,6 +70,7 @@ impl Deployment {
             (None, Some(_)) => return Err(TuneError::NoLoadSource),
             (None, None) => Self::local(args, first, dir, model).await?,
         };
+        deployment.forwards = forwards;
         if let Some(cluster) = cluster {
             eprintln!(
                 "cluster mode: context {}, namespace {}, overlays from {}",
@@ -115,6 +126,7 @@ impl Deployment {
             utilization: args.utilization_url.clone(),
             seed,
             cluster: None,
+            forwards: Vec::new(),
             // As deployed for the first stage; a differing one is applied when it comes.
             knobs: first.config.knobs(),
         })
@@ -149,6 +161,7 @@ impl Deployment {
             traces: None,
             seed,
             cluster: None,
+            forwards: Vec::new(),
             knobs,
         })
     }
@@ -188,6 +201,40 @@ impl Deployment {
         self.knobs = wanted;
         Ok(())
     }
+}
+
+/// Forwards to the in-cluster trace viewer (unless `--traces-api` names one) and to the
+/// in-cluster emulator (unless `--cosmos-endpoint` points elsewhere than the default),
+/// when they run; puts the forwarded addresses into `args`.
+async fn forward_in_cluster_parts(
+    cluster: &Cluster,
+    args: &mut TuneArgs,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut forwards = Vec::new();
+    if args.traces_api.is_none() {
+        let viewer = Service::TraceViewer;
+        if let Ok((url, task)) = cluster
+            .port_forward(viewer.name(), viewer.default_port())
+            .await
+        {
+            eprintln!("trace viewer in the cluster, forwarded to {url}");
+            args.traces_api = Some(url);
+            forwards.push(task);
+        }
+    }
+    let default_endpoint = format!("http://{}", Service::CosmosEmulator.default_listen());
+    if args.seed.cosmos.endpoint.trim_end_matches('/') == default_endpoint {
+        let emulator = Service::CosmosEmulator;
+        if let Ok((url, task)) = cluster
+            .port_forward(emulator.name(), emulator.default_port())
+            .await
+        {
+            eprintln!("Cosmos emulator in the cluster, forwarded to {url}");
+            args.seed.cosmos.endpoint = url.to_string();
+            forwards.push(task);
+        }
+    }
+    forwards
 }
 
 /// The gateway's Service, as pods in the namespace reach it.
