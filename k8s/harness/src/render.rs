@@ -2,7 +2,6 @@
 //! result as typed Kubernetes objects.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
@@ -14,8 +13,9 @@ use serde_json::Value;
 pub enum RenderError {
     #[error("kubectl not found: install it, or set KUBECTL to its path")]
     NoKubectl,
-    #[error("kubectl kustomize {dir}: {reason}")]
-    Kustomize { dir: String, reason: String },
+    /// Names the command and the directory.
+    #[error("{0}")]
+    Kustomize(String),
     #[error("the rendered YAML of {dir} does not parse: {reason}")]
     Yaml { dir: String, reason: String },
     #[error("{kind}/{name} in {dir}: {reason}")]
@@ -56,24 +56,11 @@ pub fn kubectl() -> Option<PathBuf> {
     })
 }
 
-/// The YAML `kubectl kustomize dir` prints.
+/// The YAML `kubectl kustomize dir` prints (rendered as `loadtest tune --cluster`
+/// renders a stage).
 pub fn render_yaml(dir: &Path) -> Result<String, RenderError> {
-    let kubectl = kubectl().ok_or(RenderError::NoKubectl)?;
-    let failed = |reason: String| RenderError::Kustomize {
-        dir: dir.display().to_string(),
-        reason,
-    };
-    let output = Command::new(kubectl)
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
-    if !output.status.success() {
-        return Err(failed(
-            String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        ));
-    }
-    String::from_utf8(output.stdout).map_err(|e| failed(e.to_string()))
+    kubectl().ok_or(RenderError::NoKubectl)?;
+    loadtest::cluster::manifests::render(dir).map_err(RenderError::Kustomize)
 }
 
 /// Renders `dir` and reads the objects.

@@ -10,7 +10,10 @@ use kube::core::DynamicObject;
 
 /// `kubectl kustomize <overlay>` (`KUBECTL` names another kubectl).
 pub fn render(overlay: &Path) -> Result<String, String> {
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let kubectl = std::env::var("KUBECTL")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .unwrap_or_else(|| "kubectl".into());
     let output = Command::new(&kubectl)
         .arg("kustomize")
         .arg(overlay)
