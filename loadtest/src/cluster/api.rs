@@ -53,6 +53,18 @@ pub enum ClusterError {
     Loadgen(String),
 }
 
+/// A port-forward to an in-cluster service; it stops when dropped.
+pub struct PortForward {
+    pub url: url::Url,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A connection to one namespace of one cluster.
 pub struct Cluster {
     client: kube::Client,
@@ -151,13 +163,8 @@ impl Cluster {
 
     /// Forwards a fresh loopback port to `port` of a running pod of `app`
     /// (`app.kubernetes.io/name`) through the API server, as `kubectl port-forward`
-    /// does; each connection gets its own stream. Ends when the returned task is dropped
-    /// or aborted.
-    pub async fn port_forward(
-        &self,
-        app: &str,
-        port: u16,
-    ) -> Result<(url::Url, tokio::task::JoinHandle<()>), ClusterError> {
+    /// does; each connection gets its own stream. Lasts as long as the returned guard.
+    pub async fn port_forward(&self, app: &str, port: u16) -> Result<PortForward, ClusterError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let selector = ListParams::default()
             .labels(&format!("app.kubernetes.io/name={app}"))
@@ -174,18 +181,17 @@ impl Cluster {
                 resource: format!("pods of {app}"),
                 reason: "none is running".into(),
             })?;
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| ClusterError::Api {
-                verb: "port-forward",
-                resource: format!("pods/{pod}"),
-                reason: e.to_string(),
-            })?;
-        let local = listener.local_addr().map_err(|e| ClusterError::Api {
+        let failed = |reason: String| ClusterError::Api {
             verb: "port-forward",
             resource: format!("pods/{pod}"),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let local = listener.local_addr().map_err(|e| failed(e.to_string()))?;
+        let url =
+            url::Url::parse(&format!("http://{local}/")).map_err(|e| failed(e.to_string()))?;
         let forwarding = tokio::spawn(async move {
             while let Ok((mut connection, _)) = listener.accept().await {
                 let (pods, pod) = (pods.clone(), pod.clone());
@@ -200,12 +206,10 @@ impl Cluster {
                 });
             }
         });
-        let url = url::Url::parse(&format!("http://{local}/")).map_err(|e| ClusterError::Api {
-            verb: "port-forward",
-            resource: app.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok((url, forwarding))
+        Ok(PortForward {
+            url,
+            task: forwarding,
+        })
     }
 
     /// The image a Deployment's first container runs (the load generators use the same).

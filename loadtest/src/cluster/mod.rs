@@ -8,4 +8,4 @@ pub mod loadgen;
 pub mod manifests;
 pub mod rollout;
 
-pub use api::{Cluster, ClusterError};
+pub use api::{Cluster, ClusterError, PortForward};

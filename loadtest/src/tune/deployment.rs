@@ -12,7 +12,7 @@ use trace_analysis::client::TraceApi;
 
 use super::{TuneArgs, TuneError};
 use crate::calibration::EmulatorModel;
-use crate::cluster::{manifests, Cluster};
+use crate::cluster::{manifests, Cluster, PortForward};
 use crate::emulator::{self, EmulatorAdmin};
 use crate::seed::SeedArgs;
 use crate::stack::Stack;
@@ -34,7 +34,7 @@ pub struct Deployment {
     /// The cluster, in cluster mode, and where its stage overlays are.
     pub cluster: Option<(Cluster, PathBuf, Duration)>,
     /// Port-forwards to in-cluster parts, alive as long as the run.
-    forwards: Vec<tokio::task::JoinHandle<()>>,
+    forwards: Vec<PortForward>,
     /// The query knobs utilization-service runs with now.
     knobs: QueryKnobs,
 }
@@ -206,32 +206,32 @@ impl Deployment {
 /// Forwards to the in-cluster trace viewer (unless `--traces-api` names one) and to the
 /// in-cluster emulator (unless `--cosmos-endpoint` points elsewhere than the default),
 /// when they run; puts the forwarded addresses into `args`.
-async fn forward_in_cluster_parts(
-    cluster: &Cluster,
-    args: &mut TuneArgs,
-) -> Vec<tokio::task::JoinHandle<()>> {
+async fn forward_in_cluster_parts(cluster: &Cluster, args: &mut TuneArgs) -> Vec<PortForward> {
     let mut forwards = Vec::new();
     if args.traces_api.is_none() {
         let viewer = Service::TraceViewer;
-        if let Ok((url, task)) = cluster
+        if let Ok(forward) = cluster
             .port_forward(viewer.name(), viewer.default_port())
             .await
         {
-            eprintln!("trace viewer in the cluster, forwarded to {url}");
-            args.traces_api = Some(url);
-            forwards.push(task);
+            eprintln!("trace viewer in the cluster, forwarded to {}", forward.url);
+            args.traces_api = Some(forward.url.clone());
+            forwards.push(forward);
         }
     }
     let default_endpoint = format!("http://{}", Service::CosmosEmulator.default_listen());
     if args.seed.cosmos.endpoint.trim_end_matches('/') == default_endpoint {
         let emulator = Service::CosmosEmulator;
-        if let Ok((url, task)) = cluster
+        if let Ok(forward) = cluster
             .port_forward(emulator.name(), emulator.default_port())
             .await
         {
-            eprintln!("Cosmos emulator in the cluster, forwarded to {url}");
-            args.seed.cosmos.endpoint = url.to_string();
-            forwards.push(task);
+            eprintln!(
+                "Cosmos emulator in the cluster, forwarded to {}",
+                forward.url
+            );
+            args.seed.cosmos.endpoint = forward.url.to_string();
+            forwards.push(forward);
         }
     }
     forwards

@@ -1,7 +1,7 @@
 //! One stage of the run: its RU/s and query knobs in place, the load driven while the
 //! emulator is sampled, the services' figures collected, the traces diagnosed.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dronelab_contract::{routes, Container, Service};
 use trace_analysis::client::{self, TraceApi, TraceWindow};
@@ -113,7 +113,9 @@ impl StageRun<'_> {
             profile: self.profile,
             data: self.target.data,
             // Time for every pod to be scheduled and started before the common start.
-            start_at_unix_ms: Some(unix_micros() / 1000 + LOAD_POD_START_DELAY.as_millis() as u64),
+            start_at_unix_ms: Some(
+                load::unix_ms(SystemTime::now()) + LOAD_POD_START_DELAY.as_millis() as u64,
+            ),
         };
         eprintln!(
             "  load from {pods} pods in the cluster (Job {})",

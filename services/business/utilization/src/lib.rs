@@ -25,7 +25,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
 use dronelab_contract::knobs::{ENV_QUERY_PARALLELISM, ENV_USE_PARTITION_KEY};
-use dronelab_contract::{routes, Container, OwnerMonth, QueryKnobs, Service};
+use dronelab_contract::{routes, Container, OwnerMonth, Service};
 use service_kit::server::{self, Instrumentation, Limits, RequestContext};
 use service_kit::Telemetry;
 use tokio::net::TcpListener;
@@ -104,15 +104,6 @@ impl AppState {
             cosmos,
             instrumentation,
         })
-    }
-}
-
-impl UtilizationArgs {
-    pub fn knobs(&self) -> QueryKnobs {
-        QueryKnobs {
-            parallelism: self.query_parallelism,
-            use_partition_key: self.use_partition_key,
-        }
     }
 }
 

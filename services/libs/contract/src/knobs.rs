@@ -69,16 +69,6 @@ pub struct QueryKnobs {
     pub use_partition_key: bool,
 }
 
-impl QueryKnobs {
-    /// The service's environment for these knobs (the names its command line reads).
-    pub fn env(self) -> [(&'static str, String); 2] {
-        [
-            (ENV_QUERY_PARALLELISM, self.parallelism.to_string()),
-            (ENV_USE_PARTITION_KEY, self.use_partition_key.to_string()),
-        ]
-    }
-}
-
 /// Environment variable of `--query-parallelism`.
 pub const ENV_QUERY_PARALLELISM: &str = "UTILIZATION_QUERY_PARALLELISM";
 /// Environment variable of `--use-partition-key`.
