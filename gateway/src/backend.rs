@@ -3,7 +3,7 @@
 //! multiply the load on a struggling backend (the Retry Storm antipattern).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dronelab_contract::{Section, SectionError};
 use opentelemetry::Context;
@@ -11,6 +11,8 @@ use rand::Rng;
 use serde::de::DeserializeOwned;
 use service_kit::client::{CallOutcome, TracedClient};
 use tower::retry::budget::{Budget, TpsBudget};
+
+use crate::metrics::{self, GatewayMetrics};
 
 /// A backend the gateway aggregates.
 #[derive(Debug, Clone)]
@@ -33,15 +35,43 @@ pub fn retry_budget() -> Arc<TpsBudget> {
     Arc::new(TpsBudget::new(Duration::from_secs(10), 5, 0.2))
 }
 
-/// Calls `backend` with the owner-month query; returns its answer or why not.
-pub async fn call<T: DeserializeOwned>(
+/// What every backend call shares.
+pub struct Caller<'a> {
+    pub client: &'a TracedClient,
+    pub budget: &'a TpsBudget,
+    pub policy: CallPolicy,
+    pub metrics: &'a GatewayMetrics,
+}
+
+impl Caller<'_> {
+    /// Calls `backend` with the owner-month query; returns its answer or why not, and
+    /// records the call's latency and outcome.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        cx: &Context,
+        backend: &Backend,
+        query: &str,
+    ) -> Result<T, SectionError> {
+        let started = Instant::now();
+        let (outcome, result) =
+            call(self.client, self.budget, self.policy, cx, backend, query).await;
+        self.metrics.backend_call(
+            backend.section.name(),
+            outcome,
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+}
+
+async fn call<T: DeserializeOwned>(
     client: &TracedClient,
     budget: &TpsBudget,
     policy: CallPolicy,
     cx: &Context,
     backend: &Backend,
     query: &str,
-) -> Result<T, SectionError> {
+) -> (metrics::CallOutcome, Result<T, SectionError>) {
     let mut url = backend.url.clone();
     url.set_query(Some(query));
     budget.deposit();
@@ -64,7 +94,21 @@ pub async fn call<T: DeserializeOwned>(
             tokio::time::sleep(backoff(policy.backoff_base, attempt)).await;
             continue;
         }
-        return interpret(backend.section, outcome, policy.timeout);
+        let label = match &outcome {
+            CallOutcome::Response { status, .. } if (200..300).contains(status) => {
+                metrics::CallOutcome::Ok
+            }
+            CallOutcome::Response { .. } => metrics::CallOutcome::ErrorStatus,
+            CallOutcome::TimedOut => metrics::CallOutcome::Timeout,
+            CallOutcome::ConnectFailed(_) => metrics::CallOutcome::ConnectFailed,
+            CallOutcome::Failed(_) => metrics::CallOutcome::Failed,
+        };
+        let result = interpret(backend.section, outcome, policy.timeout);
+        let label = match (&result, label) {
+            (Err(_), metrics::CallOutcome::Ok) => metrics::CallOutcome::ErrorStatus,
+            (_, label) => label,
+        };
+        return (label, result);
     }
 }
 

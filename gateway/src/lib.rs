@@ -8,6 +8,7 @@
 //! flight it sheds load with `503` + `Retry-After` instead of queueing without bound.
 
 mod backend;
+mod metrics;
 mod openapi;
 
 use std::future::Future;
@@ -32,6 +33,7 @@ use tokio::sync::Semaphore;
 use tower::retry::budget::TpsBudget;
 
 pub use backend::{Backend, CallPolicy};
+use metrics::{GatewayMetrics, InvoiceOutcome};
 
 pub const SERVICE_NAME: &str = Service::Gateway.name();
 /// The longest an invoice request may take (graceful shutdown drains no longer).
@@ -97,6 +99,7 @@ pub struct AppState {
     utilization: Backend,
     in_flight: Arc<Semaphore>,
     instrumentation: Instrumentation,
+    metrics: GatewayMetrics,
 }
 
 fn endpoint(base: &url::Url, path: &str) -> url::Url {
@@ -110,6 +113,8 @@ impl AppState {
         let concurrency = args.max_concurrency as usize;
         let client = TracedClient::new(telemetry.clone(), concurrency.min(256))
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let instrumentation = Instrumentation::new(telemetry);
+        let metrics = GatewayMetrics::register(&instrumentation.metrics);
         Ok(Arc::new(Self {
             client,
             budget: backend::retry_budget(),
@@ -131,7 +136,8 @@ impl AppState {
                 url: endpoint(&args.utilization_url, routes::UTILIZATION),
             },
             in_flight: Arc::new(Semaphore::new(concurrency)),
-            instrumentation: Instrumentation::new(telemetry),
+            instrumentation,
+            metrics,
         }))
     }
 }
@@ -160,10 +166,13 @@ pub fn build_app(state: Arc<AppState>) -> Router {
 async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     match state.in_flight.clone().try_acquire_owned() {
         Ok(_permit) => next.run(request).await,
-        Err(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
-            .with_detail("too many invoice requests in flight; retry shortly")
-            .with_retry_after(1)
-            .into_response(),
+        Err(_) => {
+            state.metrics.invoice(InvoiceOutcome::Shed);
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
+                .with_detail("too many invoice requests in flight; retry shortly")
+                .with_retry_after(1)
+                .into_response()
+        }
     }
 }
 
@@ -172,13 +181,20 @@ async fn invoice(
     RequestContext(cx): RequestContext,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Invoice>, Problem> {
-    let request = OwnerMonth::from_query(raw.as_deref())?;
+    let request = OwnerMonth::from_query(raw.as_deref()).inspect_err(|_| {
+        state.metrics.invoice(InvoiceOutcome::Error);
+    })?;
     let query = request.to_query();
-    let (client, budget, policy) = (&state.client, &state.budget, state.policy);
+    let caller = backend::Caller {
+        client: &state.client,
+        budget: &state.budget,
+        policy: state.policy,
+        metrics: &state.metrics,
+    };
     let (deliveries, packages, utilization) = tokio::join!(
-        backend::call(client, budget, policy, &cx, &state.delivery, &query),
-        backend::call(client, budget, policy, &cx, &state.package, &query),
-        backend::call(client, budget, policy, &cx, &state.utilization, &query)
+        caller.call(&cx, &state.delivery, &query),
+        caller.call(&cx, &state.package, &query),
+        caller.call(&cx, &state.utilization, &query)
     );
     let mut errors = Vec::new();
     let (deliveries, packages, utilization) = (
@@ -190,6 +206,10 @@ async fn invoice(
     if partial {
         cx.span()
             .set_attribute(KeyValue::new("dronelab.invoice.partial", true));
+        tracing::debug!(?errors, "answering a partial invoice");
+        state.metrics.invoice(InvoiceOutcome::Partial);
+    } else {
+        state.metrics.invoice(InvoiceOutcome::Complete);
     }
     Ok(Json(Invoice {
         owner_id: request.owner_id.to_string(),

@@ -93,6 +93,22 @@ async fn get(app: &Router, path: &str) -> (u16, Option<String>, Value, Option<St
     (status, content_type, body, retry_after)
 }
 
+/// The value of the sample `series` (name and labels as exposed) in the gateway's
+/// `/metrics`, 0 when absent.
+async fn metric(app: &Router, series: &str) -> f64 {
+    let request = Request::get("/metrics")
+        .body(Body::empty())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 const INVOICE: &str = "/api/invoices?ownerId=o1&year=2026&month=3";
 
 #[tokio::test]
@@ -131,6 +147,10 @@ async fn bad_input_gets_a_problem_naming_the_parameter() {
             .unwrap_or_default();
         assert_eq!(names, bad, "{query}: {body}");
     }
+    assert_eq!(
+        metric(&app, r#"gateway_invoices_total{outcome="error"}"#).await,
+        13.0
+    );
 }
 
 #[tokio::test]
@@ -169,6 +189,20 @@ async fn a_down_or_slow_backend_gives_a_partial_answer_within_the_timeout() {
         elapsed < Duration::from_secs(3),
         "bounded by the 400 ms timeout, not the 5 s backend: {elapsed:?}"
     );
+    assert_eq!(
+        metric(&app, r#"gateway_invoices_total{outcome="partial"}"#).await,
+        1.0
+    );
+    for (backend, outcome) in [
+        ("deliveries", "connect_failed"),
+        ("packages", "ok"),
+        ("utilization", "timeout"),
+    ] {
+        let series = format!(
+            r#"gateway_backend_call_duration_seconds_count{{backend="{backend}",outcome="{outcome}"}}"#
+        );
+        assert_eq!(metric(&app, &series).await, 1.0, "{series}");
+    }
 }
 
 #[tokio::test]
@@ -237,6 +271,18 @@ async fn overload_is_shed_fast_with_503_and_the_gateway_recovers() {
         (200, &json!(false)),
         "recovers once load drops"
     );
+    let count = |outcome: &'static str| {
+        let app = app.clone();
+        async move {
+            metric(
+                &app,
+                &format!(r#"gateway_invoices_total{{outcome="{outcome}"}}"#),
+            )
+            .await
+        }
+    };
+    assert_eq!(count("shed").await, f64::from(shed));
+    assert_eq!(count("complete").await, f64::from(served + 1));
 }
 
 #[tokio::test]

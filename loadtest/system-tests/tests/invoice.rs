@@ -80,11 +80,20 @@ async fn backends_expose_health_readiness_and_cosmos_metrics() {
         .await
         .expect("text");
     assert!(
-        metrics.contains(r#"cosmos_requests_total{operation="query_items",container="utilization",status="200"} 3"#),
+        metrics.contains(r#"cosmos_requests_total{operation="query_items",container="utilization",status="200",sub_status="0"} 3"#),
         "{metrics}"
     );
     assert!(metrics.contains("cosmos_calls_per_operation_count{operation=\"query_items\",container=\"utilization\"} 1"), "{metrics}");
     assert!(metrics.contains("http_server_requests_total{method=\"GET\",route=\"/api/dronedeliveries/utilization\",status=\"200\"} 1"), "{metrics}");
+    assert!(metrics.contains("http_server_active_requests{method=\"GET\",route=\"/api/dronedeliveries/utilization\"} 0"), "{metrics}");
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing: {metrics}"))
+    };
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_resident_memory_bytes") > 1e6);
 
     // Without its container the service is alive but not ready.
     stack.delete(Container::Utilization).await;

@@ -333,6 +333,8 @@ pub struct CosmosLabels {
     pub operation: String,
     pub container: String,
     pub status: u16,
+    /// `x-ms-substatus` (e.g. 3200: the partition's RU budget is spent), 0 when absent.
+    pub sub_status: u32,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -404,7 +406,7 @@ impl CosmosTelemetry {
         };
         registry.register(
             "cosmos_requests",
-            "Cosmos DB HTTP attempts by operation, container and status (429 = throttled)",
+            "Cosmos DB HTTP attempts by operation, container, status (429 = throttled) and sub-status",
             this.requests.clone(),
         );
         registry.register(
@@ -501,6 +503,7 @@ impl CosmosTelemetry {
                     operation: operation.to_owned(),
                     container: container.to_owned(),
                     status,
+                    sub_status: sub_status.and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
                 })
                 .inc();
         }

@@ -9,13 +9,61 @@ use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
+pub mod process;
+
+/// How log lines look: `LOG_FORMAT=json` gives one JSON object per line (with the
+/// current span's fields, e.g. a request's `trace_id`), anything else plain text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The environment variable that picks the [`LogFormat`].
+pub const LOG_FORMAT_ENV: &str = "LOG_FORMAT";
+
+impl LogFormat {
+    pub fn from_env() -> Self {
+        match std::env::var(LOG_FORMAT_ENV) {
+            Ok(v) if v.trim().eq_ignore_ascii_case("json") => Self::Json,
+            _ => Self::Text,
+        }
+    }
+}
+
+/// A logging layer a process adds beside the log output (a service's OpenTelemetry
+/// bridge).
+pub type ExtraLayer =
+    Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
+
 /// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive` (e.g. `info`).
 pub fn init_logging(default_directive: &str) {
+    init_logging_with(default_directive, None);
+}
+
+/// [`init_logging`] plus `extra`, which sees the same spans and events.
+pub fn init_logging_with(default_directive: &str, extra: Option<ExtraLayer>) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_directive));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let output: ExtraLayer = match LogFormat::from_env() {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    let layers: Vec<ExtraLayer> = std::iter::once(output).chain(extra).collect();
+    let _ = tracing_subscriber::registry()
+        .with(layers)
+        .with(filter)
         .try_init();
 }
 

@@ -3,11 +3,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use lifecycle::process::ProcessUsage;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::{Metric, Registry};
+use prometheus_client::metrics::TypedMetric as _;
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 /// Latency buckets in seconds, 1 ms to 30 s, fine enough to estimate percentiles of the
 /// study's latencies (tens of ms to seconds) by interpolation.
@@ -31,6 +35,13 @@ impl MetricsRegistry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .register(name, help, metric);
+    }
+
+    pub fn register_with_unit(&self, name: &str, help: &str, unit: Unit, metric: impl Metric) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register_with_unit(name, help, unit, metric);
     }
 
     /// The Prometheus text exposition of everything registered.
@@ -61,11 +72,13 @@ pub struct RouteLabels {
     pub route: String,
 }
 
-/// `http_server_requests` (by method, route, status) and request duration (by route).
+/// `http_server_requests` (by method, route, status), request duration and requests in
+/// flight (by method and route).
 #[derive(Clone)]
 pub struct HttpServerMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub duration: Family<RouteLabels, Histogram>,
+    pub active: Family<RouteLabels, Gauge>,
 }
 
 impl HttpServerMetrics {
@@ -73,7 +86,13 @@ impl HttpServerMetrics {
         let metrics = Self {
             requests: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
+            active: Family::default(),
         };
+        registry.register(
+            "http_server_active_requests",
+            "HTTP requests being served, by method and route (under a closed-loop load: the users)",
+            metrics.active.clone(),
+        );
         registry.register(
             "http_server_requests",
             "HTTP requests served, by method, route and status",
@@ -85,5 +104,40 @@ impl HttpServerMetrics {
             metrics.duration.clone(),
         );
         metrics
+    }
+}
+
+/// `process_cpu_seconds_total` and `process_resident_memory_bytes`, the Prometheus
+/// client conventions' names, read from `/proc` at every scrape.
+#[derive(Debug)]
+pub struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(usage) = ProcessUsage::current() else {
+            return Ok(());
+        };
+        ConstCounter::new(usage.cpu_seconds).encode(encoder.encode_descriptor(
+            "process_cpu",
+            "User and system CPU time spent by this process",
+            Some(&Unit::Seconds),
+            ConstCounter::<f64>::TYPE,
+        )?)?;
+        ConstGauge::new(usage.resident_bytes as i64).encode(encoder.encode_descriptor(
+            "process_resident_memory",
+            "Resident memory of this process",
+            Some(&Unit::Bytes),
+            ConstGauge::<i64>::TYPE,
+        )?)
+    }
+}
+
+impl MetricsRegistry {
+    /// Adds this process's CPU and memory to the exposition.
+    pub fn register_process(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register_collector(Box::new(ProcessCollector));
     }
 }

@@ -20,6 +20,8 @@ use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::metrics::{HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels};
 use crate::problem::Problem;
@@ -36,6 +38,7 @@ pub struct Instrumentation {
 impl Instrumentation {
     pub fn new(telemetry: Telemetry) -> Self {
         let metrics = MetricsRegistry::default();
+        metrics.register_process();
         let http = HttpServerMetrics::register(&metrics);
         Self {
             telemetry,
@@ -198,8 +201,15 @@ async fn observe(
         .start_with_context(telemetry.tracer(), &parent);
     let cx = parent.with_span(span);
     request.extensions_mut().insert(RequestContext(cx.clone()));
-
-    let mut response = next.run(request).await;
+    let handler = handler_span(&cx, &method, &route);
+    let labels = RouteLabels {
+        method: method.clone(),
+        route: route.clone(),
+    };
+    let active = instrumentation.http.active.get_or_create_owned(&labels);
+    active.inc();
+    let mut response = next.run(request).instrument(handler.clone()).await;
+    active.dec();
 
     let status = response.status();
     let span = cx.span();
@@ -223,10 +233,38 @@ async fn observe(
             status: status.as_u16(),
         })
         .inc();
+    let elapsed = started.elapsed();
     http.duration
-        .get_or_create(&RouteLabels { method, route })
-        .observe(started.elapsed().as_secs_f64());
+        .get_or_create(&labels)
+        .observe(elapsed.as_secs_f64());
+    handler.in_scope(|| {
+        tracing::debug!(
+            status = status.as_u16(),
+            elapsed_ms = elapsed.as_millis() as u64,
+            "answered"
+        );
+    });
     response
+}
+
+/// The `tracing` span a request's handler runs in. Its `trace_id` and `span_id` (the
+/// server span's) go into every log line written inside the request; where the process
+/// bridges `tracing` to OpenTelemetry (see [`crate::server::launch`]) it is also a child
+/// span of the server span, so log events show up in the trace.
+fn handler_span(cx: &Context, method: &str, route: &str) -> tracing::Span {
+    let span_context = cx.span().span_context().clone();
+    let span = tracing::info_span!(
+        "request",
+        otel.name = format!("handle {method} {route}"),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    if span_context.is_valid() {
+        span.record("trace_id", tracing::field::display(span_context.trace_id()));
+        span.record("span_id", tracing::field::display(span_context.span_id()));
+        let _ = span.set_parent(cx.clone());
+    }
+    span
 }
 
 /// Serves `app` until `shutdown` completes, then drains in-flight requests.
@@ -260,14 +298,15 @@ pub trait ServiceCommand: Send + 'static {
 /// app, binding and announcing its address, serving until SIGTERM / Ctrl-C, and flushing
 /// spans on the way out.
 pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
-    crate::telemetry::init_logging();
     let telemetry = match Telemetry::from_env(C::NAME) {
         Ok(t) => t,
         Err(e) => {
+            crate::telemetry::init_logging();
             eprintln!("{}: {e}", C::NAME);
             return std::process::ExitCode::FAILURE;
         }
     };
+    lifecycle::init_logging_with("info", telemetry.tracing_layer());
     let listen = command.listen();
     let app = match command.build(telemetry.clone()).await {
         Ok(app) => app,

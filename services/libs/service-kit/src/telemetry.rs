@@ -38,6 +38,7 @@ pub enum OtlpProtocol {
 pub struct Telemetry {
     tracer: Arc<BoxedTracer>,
     provider: Option<SdkTracerProvider>,
+    scope_name: String,
     propagator: Arc<TraceContextPropagator>,
 }
 
@@ -157,6 +158,7 @@ impl Telemetry {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(NoopTracer::new()))),
             provider: None,
+            scope_name: String::new(),
             propagator: Arc::new(TraceContextPropagator::new()),
         }
     }
@@ -166,8 +168,18 @@ impl Telemetry {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer))),
             provider: Some(provider),
+            scope_name: service_name.to_owned(),
             propagator: Arc::new(TraceContextPropagator::new()),
         }
+    }
+
+    /// The layer that turns this process's `tracing` spans and events into OpenTelemetry
+    /// spans and span events of the same provider (`None` when tracing is off). Install it
+    /// in the process's subscriber once; several services in one test process share none.
+    pub fn tracing_layer(&self) -> Option<lifecycle::ExtraLayer> {
+        use tracing_subscriber::Layer as _;
+        let tracer = self.provider.as_ref()?.tracer(self.scope_name.clone());
+        Some(tracing_opentelemetry::layer().with_tracer(tracer).boxed())
     }
 
     pub fn tracer(&self) -> &BoxedTracer {

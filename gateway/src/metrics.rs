@@ -1,0 +1,107 @@
+//! The gateway's own metrics, beside the HTTP server metrics every service has:
+//! invoice answers by outcome, and every backend call's latency and outcome as the
+//! gateway saw it (retries included).
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use service_kit::metrics::{latency_histogram, MetricsRegistry};
+
+/// How an invoice request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum InvoiceOutcome {
+    /// Every section filled.
+    Complete,
+    /// Answered 200 with at least one section missing.
+    Partial,
+    /// Refused with 503 because too many requests were in flight.
+    Shed,
+    /// Not answered with an invoice (bad parameters).
+    Error,
+}
+
+impl EncodeLabelValue for InvoiceOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Self::Complete => "complete",
+            Self::Partial => "partial",
+            Self::Shed => "shed",
+            Self::Error => "error",
+        })
+    }
+}
+
+/// How one backend call ended, after its retries.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum CallOutcome {
+    Ok,
+    /// The backend answered, with an error status or a body the gateway could not read.
+    ErrorStatus,
+    Timeout,
+    ConnectFailed,
+    Failed,
+}
+
+impl EncodeLabelValue for CallOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        encoder.write_str(match self {
+            Self::Ok => "ok",
+            Self::ErrorStatus => "error_status",
+            Self::Timeout => "timeout",
+            Self::ConnectFailed => "connect_failed",
+            Self::Failed => "failed",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: InvoiceOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    backend: &'static str,
+    outcome: CallOutcome,
+}
+
+#[derive(Clone)]
+pub struct GatewayMetrics {
+    invoices: Family<OutcomeLabels, Counter>,
+    backend_calls: Family<CallLabels, Histogram>,
+}
+
+impl GatewayMetrics {
+    pub fn register(registry: &MetricsRegistry) -> Self {
+        let metrics = Self {
+            invoices: Family::default(),
+            backend_calls: Family::new_with_constructor(latency_histogram),
+        };
+        registry.register(
+            "gateway_invoices",
+            "Invoice requests by outcome: complete, partial (a section missing), shed (503 when overloaded) or error",
+            metrics.invoices.clone(),
+        );
+        registry.register(
+            "gateway_backend_call_duration_seconds",
+            "Backend calls as the gateway saw them (retries included), by backend and outcome",
+            metrics.backend_calls.clone(),
+        );
+        metrics
+    }
+
+    pub fn invoice(&self, outcome: InvoiceOutcome) {
+        self.invoices
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    pub fn backend_call(&self, backend: &'static str, outcome: CallOutcome, seconds: f64) {
+        self.backend_calls
+            .get_or_create(&CallLabels { backend, outcome })
+            .observe(seconds);
+    }
+}
