@@ -12,6 +12,7 @@ pub mod profile;
 pub mod promtext;
 pub mod record;
 pub mod report;
+pub mod resources;
 pub mod seed;
 pub mod shard;
 pub mod stack;

@@ -445,4 +445,9 @@ impl Component {
     pub fn log(&self) -> &Path {
         &self.log
     }
+
+    /// The component's process id (`None` once it has been reaped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
 }

@@ -27,6 +27,28 @@ pub enum FindingKind {
     SerialFanOut,
     CrossPartitionCost,
     NoCosmosBottleneck,
+    /// The machine's CPUs, or one thread of a component, are saturated.
+    CpuLimit,
+}
+
+/// A component or the machine counts as CPU-bound from this share of its capacity
+/// (of one core for a single thread, of all CPUs for the machine).
+pub const CPU_LIMIT_SHARE: f64 = 0.85;
+
+/// What the CPU measurement of the same window showed (the tuning run samples it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuEvidence {
+    pub cpus: usize,
+    /// Highest 5-second mean share of all CPUs busy.
+    pub machine_share: f64,
+    /// The component with the highest mean CPU, and that CPU in cores.
+    pub busiest: String,
+    pub busiest_cores: f64,
+    /// The component whose busiest thread ran hottest, and that thread's cores
+    /// (highest 5-second mean).
+    pub hottest_thread: Option<(String, f64)>,
+    /// The load generator's name among the components.
+    pub load_generator: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +102,45 @@ pub struct Diagnosis {
 impl Diagnosis {
     pub fn verdict(&self) -> Option<&Finding> {
         self.findings.first()
+    }
+
+    /// Weighs the window's CPU measurement: a CPU limit becomes the verdict where the
+    /// traces show no Cosmos bottleneck (and a further finding where they do); otherwise
+    /// the "no Cosmos bottleneck" verdict says how much CPU was left.
+    pub fn weigh_cpu(&mut self, cpu: &CpuEvidence) {
+        let no_cosmos_bottleneck = self
+            .verdict()
+            .is_some_and(|f| f.kind == FindingKind::NoCosmosBottleneck);
+        let busiest = format!(
+            "the busiest component is {} at {:.2} cores ({:.0}% of the machine's {} CPUs)",
+            cpu.busiest,
+            cpu.busiest_cores,
+            cpu.busiest_cores / cpu.cpus.max(1) as f64 * 100.0,
+            cpu.cpus
+        );
+        match cpu_limit(cpu, &busiest) {
+            Some(limit) if no_cosmos_bottleneck => self.findings[0] = limit,
+            Some(limit) => self.findings.push(limit),
+            None if no_cosmos_bottleneck => {
+                let finding = &mut self.findings[0];
+                finding.evidence.push_str(&format!(
+                    "; CPU is not the limit: {busiest}, the machine {:.0}% busy at most{}",
+                    cpu.machine_share * 100.0,
+                    cpu.hottest_thread
+                        .as_ref()
+                        .map(|(c, cores)| format!(
+                            ", the hottest thread ({c}) at {:.0}% of a core",
+                            cores * 100.0
+                        ))
+                        .unwrap_or_default()
+                ));
+                finding.next_step = format!(
+                    "nothing here is saturated: add users until a limit shows (then scale out {} first, it uses the most CPU); the rest of the latency is the database round trip",
+                    cpu.busiest
+                );
+            }
+            None => {}
+        }
     }
 
     /// Human-readable lines (the CLI prints them; the report quotes them).
@@ -356,6 +417,47 @@ fn findings(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> V
     out
 }
 
+/// The CPU finding, if the machine or one thread is saturated.
+fn cpu_limit(cpu: &CpuEvidence, busiest: &str) -> Option<Finding> {
+    let generator_note = |component: &str| {
+        if component == cpu.load_generator {
+            " — the load generator itself, so this measures the generator, not the app: drive the load from more cores or machines (e.g. `--load-pods` on a cluster)".to_owned()
+        } else {
+            String::new()
+        }
+    };
+    if cpu.machine_share >= CPU_LIMIT_SHARE {
+        return Some(Finding {
+            kind: FindingKind::CpuLimit,
+            title: "CPU saturated".into(),
+            evidence: format!(
+                "the machine's {} CPUs were {:.0}% busy (5-second mean); {busiest}{}",
+                cpu.cpus,
+                cpu.machine_share * 100.0,
+                generator_note(&cpu.busiest)
+            ),
+            next_step: format!(
+                "scale out on CPU: more replicas (or nodes) for {}, the largest consumer",
+                cpu.busiest
+            ),
+        });
+    }
+    let (component, cores) = cpu.hottest_thread.as_ref()?;
+    (*cores >= CPU_LIMIT_SHARE).then(|| Finding {
+        kind: FindingKind::CpuLimit,
+        title: "Single-threaded CPU hot spot".into(),
+        evidence: format!(
+            "one thread of {component} ran at {:.0}% of a core (5-second mean) while the machine was {:.0}% busy{}",
+            cores * 100.0,
+            cpu.machine_share * 100.0,
+            generator_note(component)
+        ),
+        next_step: format!(
+            "spread {component}'s work over more threads or replicas: one core is its ceiling"
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +516,86 @@ mod tests {
             f[1].evidence.contains("9.0 partition key ranges"),
             "{}",
             f[1].evidence
+        );
+    }
+
+    fn diagnosis_of(c: &CosmosEvidence) -> Diagnosis {
+        Diagnosis {
+            traces: 10,
+            entry_latency_avg_ms: 100.0,
+            backends: Vec::new(),
+            dominant_backend: None,
+            dominant_ratio: 1.0,
+            cosmos: c.clone(),
+            findings: findings(c, &[], 100_000.0),
+        }
+    }
+
+    fn cpu(machine: f64, thread: f64, busiest: &str) -> CpuEvidence {
+        CpuEvidence {
+            cpus: 4,
+            machine_share: machine,
+            busiest: busiest.into(),
+            busiest_cores: machine * 4.0,
+            hottest_thread: Some(("cosmos-emulator".into(), thread)),
+            load_generator: "loadtest".into(),
+        }
+    }
+
+    #[test]
+    fn cpu_is_named_only_when_measured_at_its_limit() {
+        let settled = evidence(0.0, 0.0, 1.0, 1.0);
+        let mut spare = diagnosis_of(&settled);
+        spare.weigh_cpu(&cpu(0.40, 0.50, "gateway"));
+        assert_eq!(spare.findings.len(), 1);
+        let verdict = &spare.findings[0];
+        assert_eq!(verdict.kind, FindingKind::NoCosmosBottleneck);
+        assert!(
+            verdict.evidence.contains("CPU is not the limit"),
+            "{}",
+            verdict.evidence
+        );
+        assert!(
+            verdict.evidence.contains("gateway at 1.60 cores"),
+            "{}",
+            verdict.evidence
+        );
+        assert!(
+            !verdict.next_step.contains("scale out on CPU"),
+            "{}",
+            verdict.next_step
+        );
+
+        let mut machine = diagnosis_of(&settled);
+        machine.weigh_cpu(&cpu(0.90, 0.50, "gateway"));
+        assert_eq!(machine.findings[0].kind, FindingKind::CpuLimit);
+        assert!(
+            machine.findings[0].evidence.contains("90% busy"),
+            "{}",
+            machine.findings[0].evidence
+        );
+        assert!(machine.findings[0].next_step.contains("gateway"));
+
+        let mut thread = diagnosis_of(&settled);
+        thread.weigh_cpu(&cpu(0.30, 0.97, "gateway"));
+        assert_eq!(thread.findings[0].title, "Single-threaded CPU hot spot");
+        assert!(thread.findings[0]
+            .evidence
+            .contains("cosmos-emulator ran at 97%"));
+
+        let mut generator = diagnosis_of(&settled);
+        generator.weigh_cpu(&cpu(0.95, 0.5, "loadtest"));
+        assert!(generator.findings[0]
+            .evidence
+            .contains("the load generator itself"));
+
+        // A Cosmos verdict stays first; the CPU limit is added after it.
+        let mut throttled = diagnosis_of(&evidence(0.2, 0.1, 9.0, 1.0));
+        throttled.weigh_cpu(&cpu(0.95, 0.5, "gateway"));
+        assert_eq!(throttled.findings[0].kind, FindingKind::Throttling);
+        assert_eq!(
+            throttled.findings.last().map(|f| f.kind),
+            Some(FindingKind::CpuLimit)
         );
     }
 }

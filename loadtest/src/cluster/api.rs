@@ -73,6 +73,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The API client (cheap to clone: it shares one connection pool).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
     /// Connects through `context` of the kubeconfig (its current context if `None`).
     pub async fn connect(context: Option<&str>, namespace: &str) -> Result<Self, ClusterError> {
         let kubeconfig =

@@ -6,6 +6,7 @@
 mod api;
 pub mod loadgen;
 pub mod manifests;
+pub mod metrics;
 pub mod rollout;
 
 pub use api::{Cluster, ClusterError, PortForward};

@@ -147,7 +147,55 @@ fn stage_section(s: &StageReport) -> String {
         &per_partition,
         Some(s.cosmos.provisioned_ru_per_partition),
     ));
+    out.push_str(&resource_charts(s));
     out.push_str("</div>");
+    if let Some(r) = &s.resources {
+        let _ = write!(out, "<p>CPU and memory from {}:</p>", escape(&r.source));
+        out.push_str(&markdown_table_to_html(
+            s.resources_markdown()
+                .lines()
+                .filter(|l| l.starts_with('|'))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .as_str(),
+        ));
+    } else if let Some(reason) = &s.resources_unavailable {
+        let _ = write!(out, "<p>CPU and memory: {}</p>", escape(reason));
+    }
+    out
+}
+
+/// CPU (cores) and resident memory per component over the stage.
+fn resource_charts(s: &StageReport) -> String {
+    let Some(r) = &s.resources else {
+        return String::new();
+    };
+    let per_component = |value: &dyn Fn(&crate::resources::ResourceSample, &str) -> Option<f64>| {
+        r.components
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Series::new(
+                    c.name.clone(),
+                    PARTITION_COLOURS[i % PARTITION_COLOURS.len()],
+                    s.resource_series
+                        .iter()
+                        .filter_map(|x| Some((x.t as f64, value(x, &c.name)?)))
+                        .collect(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut out = line_chart(
+        "CPU per component (cores)",
+        &per_component(&|x, name| x.cpu_cores.get(name).copied()),
+        None,
+    );
+    out.push_str(&line_chart(
+        "Resident memory per component (MB)",
+        &per_component(&|x, name| x.rss_mb.get(name).copied()),
+        None,
+    ));
     out
 }
 

@@ -57,6 +57,7 @@ impl Report {
                 s.latency_ms.p99, s.latency_ms.max, s.outcomes, s.cosmos.requests, s.cosmos.throttled_requests,
                 s.cosmos.ru_total
             );
+            out.push_str(&s.resources_markdown());
             out.push_str(&s.diagnosis_markdown());
         }
         out
@@ -64,6 +65,43 @@ impl Report {
 }
 
 impl StageReport {
+    /// CPU and memory per component, as a Markdown table (or why they are missing).
+    pub fn resources_markdown(&self) -> String {
+        let Some(r) = &self.resources else {
+            return self
+                .resources_unavailable
+                .as_ref()
+                .map(|reason| format!("- CPU and memory: {reason}\n"))
+                .unwrap_or_default();
+        };
+        let mut out = String::new();
+        if r.cpus > 0 {
+            let _ = writeln!(
+                out,
+                "- CPU and memory ({}): the machine's {} CPUs {:.0}% busy on average, {:.0}% at the busiest 5 s\n",
+                r.source,
+                r.cpus,
+                r.machine_cpu_mean_share * 100.0,
+                r.machine_cpu_sustained_share * 100.0
+            );
+        } else {
+            let _ = writeln!(out, "- CPU and memory ({}):\n", r.source);
+        }
+        out.push_str("| component | CPU mean (cores) | CPU max (cores) | hottest thread (cores, 5 s) | RSS max (MB) |\n|---|---:|---:|---:|---:|\n");
+        for c in &r.components {
+            let thread = c
+                .hottest_thread_cores
+                .map_or_else(|| "–".to_owned(), |t| format!("{t:.2}"));
+            let _ = writeln!(
+                out,
+                "| {} | {:.2} | {:.2} | {thread} | {:.0} |",
+                c.name, c.cpu_mean_cores, c.cpu_max_cores, c.rss_max_mb
+            );
+        }
+        out.push('\n');
+        out
+    }
+
     /// The stage's findings as Markdown list items.
     pub fn diagnosis_markdown(&self) -> String {
         let mut out = String::new();

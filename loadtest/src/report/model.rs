@@ -46,6 +46,14 @@ pub struct StageReport {
     pub study: Option<Published>,
     pub series: Vec<SecondSample>,
     pub cosmos_series: Vec<CosmosSample>,
+    /// CPU and memory per component (absent when they could not be measured; see
+    /// `resources_unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::resources::ResourceFigures>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources_unavailable: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resource_series: Vec<crate::resources::ResourceSample>,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::client::TraceLinks>,
@@ -90,6 +98,9 @@ impl StageReport {
             study: study::published_for(&stage.name),
             series,
             cosmos_series,
+            resources: None,
+            resources_unavailable: None,
+            resource_series: Vec::new(),
             diagnosis: None,
             trace_links: None,
         }

@@ -11,10 +11,12 @@ use super::metrics::{scrape, utilization_latency};
 use super::sampler::Sampler;
 use super::TuneError;
 use crate::cluster::loadgen::LoadgenJob;
+use crate::cluster::metrics::PodMetricsSampler;
 use crate::diagnose;
 use crate::emulator::EmulatorSnapshot;
 use crate::load::{self, LoadRecord, LoadSummary, Profile, Target};
 use crate::report::{CosmosFigures, StageReport};
+use crate::resources::{ResourceFigures, ResourceSample, ResourceSampler};
 use crate::stages::Stage;
 
 /// What every stage shares.
@@ -52,6 +54,7 @@ impl StageRun<'_> {
         let utilization = self.deployment.utilization.clone();
         let before = scrape(self.http, utilization.as_ref()).await;
         let sampler = emulator.clone().map(|e| Sampler::start(e, container));
+        let resources = self.resource_sampler();
         let window_start = unix_micros();
         let summary = self.load(&stage.name).await?;
         let window_end = unix_micros();
@@ -59,6 +62,7 @@ impl StageRun<'_> {
             Some(sampler) => sampler.finish().await,
             None => Vec::new(),
         };
+        let resources = resources.finish().await;
         let after = scrape(self.http, utilization.as_ref()).await;
         let snapshot = match &emulator {
             Some(e) => e.snapshot(container).await.unwrap_or_default(),
@@ -82,6 +86,17 @@ impl StageRun<'_> {
             summary.series.clone(),
             cosmos_series,
         );
+        match resources {
+            Ok((figures, series)) => {
+                eprintln!("  {}", resource_line(&figures));
+                report.resources = Some(figures);
+                report.resource_series = series;
+            }
+            Err(reason) => {
+                eprintln!("  CPU and memory: {reason}");
+                report.resources_unavailable = Some(reason);
+            }
+        }
         eprintln!("  {}", report.one_line());
         if let Some(api) = &self.deployment.traces {
             diagnose_stage(api, window_start, window_end, &mut report).await;
@@ -99,6 +114,24 @@ const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 /// Reads the stage's invoice traces back, prints the verdict and the links, and puts
 /// them in the stage's report.
 impl StageRun<'_> {
+    /// Starts measuring CPU and memory: of the local stack's processes from `/proc`, or of
+    /// the cluster's pods from the metrics API.
+    fn resource_sampler(&self) -> StageResources {
+        if let Some(stack) = &self.deployment.stack {
+            let processes = stack
+                .components()
+                .filter_map(|c| Some((c.name.to_owned(), c.pid()?)))
+                .collect();
+            return StageResources::Local(ResourceSampler::start(processes));
+        }
+        match &self.deployment.cluster {
+            Some((cluster, _, _)) => StageResources::Cluster(cluster.pod_metrics_sampler()),
+            None => StageResources::Unavailable(
+                "not measured: with --target the deployment is not this machine's (use --cluster for the metrics API)".into(),
+            ),
+        }
+    }
+
     /// The stage's load: from this process, or merged from the cluster's load pods.
     async fn load(&self, stage: &str) -> Result<LoadSummary, TuneError> {
         let (Some((cluster, _, _)), Some(pods)) = (&self.deployment.cluster, self.load_pods) else {
@@ -131,8 +164,41 @@ impl StageRun<'_> {
     }
 }
 
+/// Where a stage's CPU and memory come from.
+enum StageResources {
+    Local(ResourceSampler),
+    Cluster(PodMetricsSampler),
+    Unavailable(String),
+}
+
+impl StageResources {
+    async fn finish(self) -> Result<(ResourceFigures, Vec<ResourceSample>), String> {
+        match self {
+            Self::Local(sampler) => Ok(sampler.finish().await),
+            Self::Cluster(sampler) => sampler.finish().await,
+            Self::Unavailable(reason) => Err(reason),
+        }
+    }
+}
+
 /// How long after the Job is created its pods start the load together.
 const LOAD_POD_START_DELAY: Duration = Duration::from_secs(30);
+
+/// The busiest components in one line.
+fn resource_line(figures: &ResourceFigures) -> String {
+    let busiest: Vec<String> = figures
+        .components
+        .iter()
+        .take(3)
+        .map(|c| format!("{} {:.2}", c.name, c.cpu_mean_cores))
+        .collect();
+    format!(
+        "CPU (mean cores): {}; machine {:.0}% busy (mean), {:.0}% (5 s peak)",
+        busiest.join(", "),
+        figures.machine_cpu_mean_share * 100.0,
+        figures.machine_cpu_sustained_share * 100.0
+    )
+}
 
 pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
     let window = TraceWindow {
@@ -145,7 +211,10 @@ pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: 
     };
     tokio::time::sleep(SPAN_FLUSH_WAIT).await;
     match client::diagnose_window(api, &window).await {
-        Ok((diagnosis, links)) => {
+        Ok((mut diagnosis, links)) => {
+            if let Some(cpu) = report.resources.as_ref().and_then(|r| r.cpu_evidence()) {
+                diagnosis.weigh_cpu(&cpu);
+            }
             if let Some(verdict) = diagnosis.verdict() {
                 eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
                 eprintln!("  next step: {}", verdict.next_step);
