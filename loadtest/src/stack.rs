@@ -38,6 +38,9 @@ pub enum StackError {
     },
 }
 
+/// The file, in the logs directory, that lists the components for Prometheus.
+pub const PROMETHEUS_TARGETS: &str = "prometheus-targets.json";
+
 /// One running component.
 #[derive(Debug)]
 pub struct Component {
@@ -172,7 +175,35 @@ impl Stack {
             )
             .await?,
         );
+        self.write_prometheus_targets();
         Ok(())
+    }
+
+    /// Where the stack lists its components for Prometheus' file discovery
+    /// (`dashboards/prometheus/local.yml` reads it).
+    pub fn prometheus_targets(&self) -> PathBuf {
+        self.logs.join(PROMETHEUS_TARGETS)
+    }
+
+    /// Writes every component's address, `job` = its name, replacing the file whole so
+    /// Prometheus never reads half of it. Best effort: the stack runs without it.
+    fn write_prometheus_targets(&self) {
+        let groups: Vec<serde_json::Value> = self
+            .components()
+            .filter_map(|c| {
+                let address = format!("{}:{}", c.url.host_str()?, c.url.port()?);
+                Some(serde_json::json!({"targets": [address], "labels": {"job": c.name}}))
+            })
+            .collect();
+        let path = self.prometheus_targets();
+        let partial = path.with_extension("json.tmp");
+        let written = serde_json::to_vec_pretty(&groups)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&partial, bytes))
+            .and_then(|()| std::fs::rename(&partial, &path));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the Prometheus targets");
+        }
     }
 
     /// Restarts utilization-service with new knobs, keeping its address (the gateway's

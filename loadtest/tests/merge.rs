@@ -3,7 +3,8 @@
 //! their records. The merge must count every request of every shard and give the
 //! percentiles of one histogram built from all their samples.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,42 +12,10 @@ use loadtest::record::{latency_histogram, LoadRecord, LoadSummary, Percentiles};
 
 const SHARDS: u32 = 3;
 
-/// `loadtest up` on a small data set; its gateway's URL once it is up.
-fn start_stack(logs: &std::path::Path) -> (Child, String) {
-    let mut up = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args([
-            "up",
-            "--owners",
-            "20",
-            "--months",
-            "2",
-            "--partitions",
-            "3",
-            "--logs",
-        ])
-        .arg(logs)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("loadtest up starts");
-    let stdout = up.stdout.take().expect("stdout");
-    let mut gateway = None;
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("line");
-        if line.trim_start().starts_with("gateway") {
-            gateway = line.split_whitespace().nth(1).map(str::to_owned);
-        }
-        if line.contains("Ctrl-C") {
-            break;
-        }
-    }
-    (up, gateway.expect("up printed the gateway's URL"))
-}
-
 #[test]
 fn shards_merge_into_one_run() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (mut up, gateway) = start_stack(&dir.path().join("logs"));
+    let (mut up, gateway) = common::start_stack(&dir.path().join("logs"));
     let start_at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock")

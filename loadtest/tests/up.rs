@@ -1,5 +1,5 @@
 //! `loadtest up` starts every component as its own process, wires their traces into the
-//! trace viewer, and leaves no process behind.
+//! trace viewer, joins their logs to those traces, and leaves no process behind.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -45,6 +45,9 @@ fn killing_up_leaves_no_process_behind() {
     let mut up = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(["up", "--owners", "20", "--months", "2", "--logs"])
         .arg(logs.path())
+        // The components inherit these: JSON log lines, and the per-request debug line.
+        .env("LOG_FORMAT", "json")
+        .env("RUST_LOG", "info,service_kit=debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -89,7 +92,7 @@ fn killing_up_leaves_no_process_behind() {
         .expect("x-trace-id")
         .to_owned();
     // Every process exports over OTLP/gRPC within about a second.
-    let services = runtime.block_on(async {
+    let (services, trace) = runtime.block_on(async {
         let url = format!("{viewer}api/traces/{trace_id}");
         for _ in 0..50 {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -108,7 +111,7 @@ fn killing_up_leaves_no_process_behind() {
                 })
                 .unwrap_or_default();
             if services.len() == 4 {
-                return services;
+                return (services, body);
             }
         }
         Default::default()
@@ -122,6 +125,35 @@ fn killing_up_leaves_no_process_behind() {
             "utilization-service"
         ],
         "the request's trace reached the viewer from all four services"
+    );
+
+    // The gateway's log line for the request carries the trace id the viewer shows it
+    // under, and the same event is in the trace (tracing-opentelemetry's bridge).
+    let log = std::fs::read_to_string(logs.path().join("gateway.log")).expect("gateway log");
+    let answered: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["fields"]["message"] == "answered")
+        .collect();
+    assert!(
+        answered
+            .iter()
+            .any(|l| l["span"]["trace_id"] == trace_id.as_str()
+                && l["span"]["span_id"].as_str().is_some_and(|s| s.len() == 16)
+                && l["fields"]["status"] == 200),
+        "no JSON log line of the request with trace id {trace_id}:\n{log}"
+    );
+    let trace_id_shown = trace["data"][0]["traceID"].as_str().unwrap_or_default();
+    assert_eq!(trace_id_shown, trace_id);
+    let events: Vec<&serde_json::Value> = trace["data"][0]["spans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["logs"].as_array().into_iter().flatten())
+        .collect();
+    assert!(
+        events.iter().any(|e| e.to_string().contains("answered")),
+        "the log event joined the trace: {events:?}"
     );
 
     // SIGKILL: `up` gets no chance to clean up; its children must still go.

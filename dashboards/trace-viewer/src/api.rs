@@ -74,6 +74,17 @@ impl IntoResponse for ApiProblem {
     }
 }
 
+/// The viewer's own CPU and memory, so a dashboard shows what tracing costs.
+async fn metrics() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        lifecycle::process::prometheus_text(),
+    )
+}
+
 pub fn router(store: Arc<Store>) -> Router {
     Router::new()
         .route("/api/services", get(services))
@@ -86,6 +97,7 @@ pub fn router(store: Arc<Store>) -> Router {
         .route("/api/traces/{trace_id}", get(get_trace))
         .route("/api/traces/{trace_id}/summary", get(trace_summary))
         .route("/api/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/", get(index))
         .route("/search", get(index))
         .route("/trace/{trace_id}", get(index))

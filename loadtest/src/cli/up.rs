@@ -47,6 +47,10 @@ pub async fn up(args: UpArgs) -> Result<(), String> {
             crate::data::DataSet::owner_id(0)
         );
     }
+    println!(
+        "Prometheus targets: {} (dashboards/prometheus/local.yml reads it)",
+        stack.prometheus_targets().display()
+    );
     println!("Ctrl-C stops everything.");
     let outcome = tokio::select! {
         _ = service_kit::server::shutdown_signal() => Ok(()),

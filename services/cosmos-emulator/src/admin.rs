@@ -289,26 +289,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             }
         }
     }
-    if let Some(usage) = lifecycle::process::ProcessUsage::current() {
-        header(
-            &mut out,
-            "process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time spent by this process.",
-        );
-        let _ = writeln!(out, "process_cpu_seconds_total {}", usage.cpu_seconds);
-        header(
-            &mut out,
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory of this process.",
-        );
-        let _ = writeln!(
-            out,
-            "process_resident_memory_bytes {}",
-            usage.resident_bytes
-        );
-    }
+    out.push_str(&lifecycle::process::prometheus_text());
     (
         [(
             header::CONTENT_TYPE,

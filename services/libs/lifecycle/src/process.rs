@@ -32,6 +32,23 @@ impl ProcessUsage {
     }
 }
 
+/// This process's usage in the Prometheus text format (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`), for processes that write their `/metrics` by hand.
+pub fn prometheus_text() -> String {
+    let Some(usage) = ProcessUsage::current() else {
+        return String::new();
+    };
+    format!(
+        "# HELP process_cpu_seconds_total User and system CPU time spent by this process.\n\
+         # TYPE process_cpu_seconds_total counter\n\
+         process_cpu_seconds_total {}\n\
+         # HELP process_resident_memory_bytes Resident memory of this process.\n\
+         # TYPE process_resident_memory_bytes gauge\n\
+         process_resident_memory_bytes {}\n",
+        usage.cpu_seconds, usage.resident_bytes
+    )
+}
+
 /// `(thread id, cumulative CPU seconds)` of every thread of process `pid`, for telling a
 /// single-threaded hot spot from a busy process.
 pub fn thread_cpu_seconds(pid: u32) -> Vec<(i32, f64)> {
@@ -98,6 +115,12 @@ mod tests {
         assert!(
             threads.iter().any(|(tid, _)| *tid as u32 == pid),
             "{threads:?}"
+        );
+        let text = prometheus_text();
+        assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
+        assert!(
+            text.contains("# TYPE process_resident_memory_bytes gauge"),
+            "{text}"
         );
         let (busy, total) = machine_cpu_seconds().expect("/proc/stat is readable");
         assert!(busy > 0.0 && busy <= total, "{busy} {total}");
