@@ -31,25 +31,19 @@ impl LogFormat {
     }
 }
 
-/// A logging layer a process adds beside the log output (a service's OpenTelemetry
-/// bridge).
-pub type ExtraLayer =
-    Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>;
-
-/// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive` (e.g. `info`).
-pub fn init_logging(default_directive: &str) {
-    init_logging_with(default_directive, None);
+/// `RUST_LOG`'s filter, else `default_directive` (e.g. `info`).
+pub fn env_filter(default_directive: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_directive))
 }
 
-/// [`init_logging`] plus `extra`, which sees the same spans and events.
-pub fn init_logging_with(default_directive: &str, extra: Option<ExtraLayer>) {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
+/// Log lines on stderr in the [`LogFormat`] `LOG_FORMAT` asks for.
+pub fn log_layer<S>() -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
     use tracing_subscriber::Layer as _;
-
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_directive));
-    let output: ExtraLayer = match LogFormat::from_env() {
+    match LogFormat::from_env() {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
@@ -59,11 +53,16 @@ pub fn init_logging_with(default_directive: &str, extra: Option<ExtraLayer>) {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .boxed(),
-    };
-    let layers: Vec<ExtraLayer> = std::iter::once(output).chain(extra).collect();
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive` (e.g. `info`).
+pub fn init_logging(default_directive: &str) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let _ = tracing_subscriber::registry()
-        .with(layers)
-        .with(filter)
+        .with(log_layer())
+        .with(env_filter(default_directive))
         .try_init();
 }
 

@@ -15,11 +15,12 @@ use axum::routing::get;
 use axum::Router;
 use dronelab_contract::routes;
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, Tracer as _};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::trace::{SpanContext, TraceContextExt};
+use opentelemetry::Context;
 use tokio::net::TcpListener;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
+use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
@@ -131,33 +132,6 @@ pub fn standard(
         .layer(middleware::from_fn_with_state(instrumentation, observe))
 }
 
-/// The OpenTelemetry HTTP server attributes known before the handler runs.
-fn server_attributes(request: &Request, method: &str, route: &str) -> Vec<KeyValue> {
-    let mut attributes = vec![
-        KeyValue::new("http.request.method", method.to_owned()),
-        KeyValue::new("http.route", route.to_owned()),
-        KeyValue::new("url.path", request.uri().path().to_owned()),
-        KeyValue::new("url.scheme", "http"),
-    ];
-    if let Some(host) = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()))
-    {
-        let (address, port) = match host.rsplit_once(':') {
-            Some((a, p)) => (a.to_owned(), p.parse::<i64>().ok()),
-            None => (host, None),
-        };
-        attributes.push(KeyValue::new("server.address", address));
-        if let Some(port) = port {
-            attributes.push(KeyValue::new("server.port", port));
-        }
-    }
-    attributes
-}
-
 /// `traceresponse` (W3C) and `x-trace-id`, so a caller can find the request's trace.
 fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
     let trace_id = span.trace_id().to_string();
@@ -174,8 +148,60 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
     }
 }
 
-/// One server span per request, following the OpenTelemetry HTTP conventions, plus the
-/// trace id in `traceresponse` and `x-trace-id` so a user can jump to the trace.
+/// The name of the `tracing` span every request is served in.
+const REQUEST_SPAN: &str = "request";
+
+/// Lets the request spans through a filter whatever `RUST_LOG` says.
+pub(crate) fn request_spans() -> tracing_subscriber::filter::FilterFn {
+    tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span() && meta.name() == REQUEST_SPAN && meta.target() == module_path!()
+    })
+}
+
+/// The request's server span, a `tracing` span that tracing-opentelemetry exports with
+/// the OpenTelemetry HTTP server conventions (`otel.*` fields set name, kind and status).
+fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        REQUEST_SPAN,
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        url.path = request.uri().path(),
+        url.scheme = "http",
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if let Some(host) = host {
+        match host.rsplit_once(':') {
+            Some((address, port)) => {
+                span.record("server.address", address);
+                if let Ok(port) = port.parse::<i64>() {
+                    span.record("server.port", port);
+                }
+            }
+            None => {
+                span.record("server.address", host);
+            }
+        }
+    }
+    span
+}
+
+/// Serves each request in its server span (W3C context in, trace id out in
+/// `traceresponse` and `x-trace-id` so a user can jump to the trace), under the service's
+/// `tracing` dispatch, so every log line inside carries the `trace_id`/`span_id` and
+/// joins the trace as a span event.
 async fn observe(
     State(instrumentation): State<Instrumentation>,
     mut request: Request,
@@ -192,44 +218,44 @@ async fn observe(
         return next.run(request).await;
     }
     let telemetry = &instrumentation.telemetry;
-    let parent = telemetry.extract(request.headers());
-    let span = telemetry
-        .tracer()
-        .span_builder(format!("{method} {route}"))
-        .with_kind(SpanKind::Server)
-        .with_attributes(server_attributes(&request, &method, &route))
-        .start_with_context(telemetry.tracer(), &parent);
-    let cx = parent.with_span(span);
-    request.extensions_mut().insert(RequestContext(cx.clone()));
-    let handler = handler_span(&cx, &method, &route);
+    let dispatch = telemetry.dispatch();
+    let span =
+        tracing::dispatcher::with_default(dispatch, || request_span(&request, &method, &route));
+    let _ = span.set_parent(telemetry.extract(request.headers()));
+    let cx = span.context();
+    let span_context = cx.span().span_context().clone();
+    if span_context.is_valid() {
+        span.record("trace_id", tracing::field::display(span_context.trace_id()));
+        span.record("span_id", tracing::field::display(span_context.span_id()));
+    }
+    request.extensions_mut().insert(RequestContext(cx));
     let labels = RouteLabels {
         method: method.clone(),
         route: route.clone(),
     };
     let active = instrumentation.http.active.get_or_create_owned(&labels);
     active.inc();
-    let mut response = next.run(request).instrument(handler.clone()).await;
+    let mut response = next
+        .run(request)
+        .instrument(span.clone())
+        .with_subscriber(dispatch.clone())
+        .await;
     active.dec();
 
     let status = response.status();
-    let span = cx.span();
-    span.set_attribute(KeyValue::new(
-        "http.response.status_code",
-        i64::from(status.as_u16()),
-    ));
+    span.record("http.response.status_code", i64::from(status.as_u16()));
     if status.is_server_error() {
-        span.set_status(Status::error(status.to_string()));
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", status.to_string());
     }
-    let span_context = span.span_context().clone();
-    span.end();
     if span_context.is_valid() {
         add_trace_headers(response.headers_mut(), &span_context);
     }
     let http = &instrumentation.http;
     http.requests
         .get_or_create(&RequestLabels {
-            method: method.clone(),
-            route: route.clone(),
+            method,
+            route,
             status: status.as_u16(),
         })
         .inc();
@@ -237,34 +263,16 @@ async fn observe(
     http.duration
         .get_or_create(&labels)
         .observe(elapsed.as_secs_f64());
-    handler.in_scope(|| {
-        tracing::debug!(
-            status = status.as_u16(),
-            elapsed_ms = elapsed.as_millis() as u64,
-            "answered"
-        );
+    tracing::dispatcher::with_default(dispatch, || {
+        span.in_scope(|| {
+            tracing::debug!(
+                status = status.as_u16(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                "answered"
+            );
+        })
     });
     response
-}
-
-/// The `tracing` span a request's handler runs in. Its `trace_id` and `span_id` (the
-/// server span's) go into every log line written inside the request; where the process
-/// bridges `tracing` to OpenTelemetry (see [`crate::server::launch`]) it is also a child
-/// span of the server span, so log events show up in the trace.
-fn handler_span(cx: &Context, method: &str, route: &str) -> tracing::Span {
-    let span_context = cx.span().span_context().clone();
-    let span = tracing::info_span!(
-        "request",
-        otel.name = format!("handle {method} {route}"),
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
-    );
-    if span_context.is_valid() {
-        span.record("trace_id", tracing::field::display(span_context.trace_id()));
-        span.record("span_id", tracing::field::display(span_context.span_id()));
-        let _ = span.set_parent(cx.clone());
-    }
-    span
 }
 
 /// Serves `app` until `shutdown` completes, then drains in-flight requests.
@@ -306,7 +314,7 @@ pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    lifecycle::init_logging_with("info", telemetry.tracing_layer());
+    let _ = tracing::dispatcher::set_global_default(telemetry.dispatch().clone());
     let listen = command.listen();
     let app = match command.build(telemetry.clone()).await {
         Ok(app) => app,

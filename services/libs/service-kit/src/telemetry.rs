@@ -12,7 +12,7 @@ use opentelemetry::trace::{noop::NoopTracer, TracerProvider as _};
 use opentelemetry::Context;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter as SpanExporterTrait};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
@@ -38,7 +38,7 @@ pub enum OtlpProtocol {
 pub struct Telemetry {
     tracer: Arc<BoxedTracer>,
     provider: Option<SdkTracerProvider>,
-    scope_name: String,
+    dispatch: tracing::Dispatch,
     propagator: Arc<TraceContextPropagator>,
 }
 
@@ -158,7 +158,7 @@ impl Telemetry {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(NoopTracer::new()))),
             provider: None,
-            scope_name: String::new(),
+            dispatch: dispatch(None),
             propagator: Arc::new(TraceContextPropagator::new()),
         }
     }
@@ -166,20 +166,20 @@ impl Telemetry {
     fn from_provider(provider: SdkTracerProvider, service_name: &str) -> Self {
         let tracer = provider.tracer(service_name.to_owned());
         Self {
-            tracer: Arc::new(BoxedTracer::new(Box::new(tracer))),
+            tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             provider: Some(provider),
-            scope_name: service_name.to_owned(),
+            dispatch: dispatch(Some(tracer)),
             propagator: Arc::new(TraceContextPropagator::new()),
         }
     }
 
-    /// The layer that turns this process's `tracing` spans and events into OpenTelemetry
-    /// spans and span events of the same provider (`None` when tracing is off). Install it
-    /// in the process's subscriber once; several services in one test process share none.
-    pub fn tracing_layer(&self) -> Option<lifecycle::ExtraLayer> {
-        use tracing_subscriber::Layer as _;
-        let tracer = self.provider.as_ref()?.tracer(self.scope_name.clone());
-        Some(tracing_opentelemetry::layer().with_tracer(tracer).boxed())
+    /// Where this service's `tracing` spans and events go: its log lines (`RUST_LOG`,
+    /// `LOG_FORMAT`) and, through tracing-opentelemetry, its OpenTelemetry traces — same
+    /// provider as every other span of the service. A service binary makes it the global
+    /// default; requests run under it, so several services in one test process keep
+    /// their traces apart.
+    pub fn dispatch(&self) -> &tracing::Dispatch {
+        &self.dispatch
     }
 
     pub fn tracer(&self) -> &BoxedTracer {
@@ -231,4 +231,29 @@ fn resource(default_service_name: &str) -> Resource {
 /// Logs to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging() {
     lifecycle::init_logging("info");
+}
+
+/// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with a tracer,
+/// tracing-opentelemetry turning spans into OpenTelemetry spans and events into span
+/// events. Request spans ([`crate::server`]) pass both filters whatever `RUST_LOG` says:
+/// traces must not depend on the log level, nor log lines lose their trace id.
+fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
+    use tracing_subscriber::filter::FilterExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::Layer as _;
+
+    let logs = lifecycle::log_layer()
+        .with_filter(lifecycle::env_filter("info").or(crate::server::request_spans()));
+    let traces = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            // Contexts are passed explicitly; lean spans (no source location, thread or
+            // busy/idle attributes).
+            .with_context_activation(false)
+            .with_location(false)
+            .with_threads(false)
+            .with_tracked_inactivity(false)
+            .with_filter(lifecycle::env_filter("info").or(crate::server::request_spans()))
+    });
+    tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(traces))
 }
