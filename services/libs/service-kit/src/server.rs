@@ -26,7 +26,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::metrics::{HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels};
 use crate::problem::Problem;
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Telemetry, REQUEST_SPAN, REQUEST_SPAN_TARGET};
 
 /// Tracing and metrics of one service.
 #[derive(Clone)]
@@ -148,20 +148,11 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
     }
 }
 
-/// The name of the `tracing` span every request is served in.
-const REQUEST_SPAN: &str = "request";
-
-/// Lets the request spans through a filter whatever `RUST_LOG` says.
-pub(crate) fn request_spans() -> tracing_subscriber::filter::FilterFn {
-    tracing_subscriber::filter::filter_fn(|meta| {
-        meta.is_span() && meta.name() == REQUEST_SPAN && meta.target() == module_path!()
-    })
-}
-
 /// The request's server span, a `tracing` span that tracing-opentelemetry exports with
 /// the OpenTelemetry HTTP server conventions (`otel.*` fields set name, kind and status).
 fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
     let span = tracing::info_span!(
+        target: REQUEST_SPAN_TARGET,
         REQUEST_SPAN,
         otel.name = format!("{method} {route}"),
         otel.kind = "server",

@@ -233,17 +233,28 @@ pub fn init_logging() {
     lifecycle::init_logging("info");
 }
 
+/// The `tracing` span every request is served in (by the server module): its target and name.
+pub(crate) const REQUEST_SPAN_TARGET: &str = "service_kit::server";
+pub(crate) const REQUEST_SPAN: &str = "request";
+
+/// Lets the request spans through a filter whatever `RUST_LOG` says.
+fn request_spans() -> tracing_subscriber::filter::FilterFn {
+    tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_span() && meta.name() == REQUEST_SPAN && meta.target() == REQUEST_SPAN_TARGET
+    })
+}
+
 /// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with a tracer,
 /// tracing-opentelemetry turning spans into OpenTelemetry spans and events into span
-/// events. Request spans ([`crate::server`]) pass both filters whatever `RUST_LOG` says:
+/// events. Request spans pass both filters whatever `RUST_LOG` says:
 /// traces must not depend on the log level, nor log lines lose their trace id.
 fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
     use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
-    let logs = lifecycle::log_layer()
-        .with_filter(lifecycle::env_filter("info").or(crate::server::request_spans()));
+    let logs =
+        lifecycle::log_layer().with_filter(lifecycle::env_filter("info").or(request_spans()));
     let traces = tracer.map(|tracer| {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
@@ -253,7 +264,7 @@ fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
             .with_location(false)
             .with_threads(false)
             .with_tracked_inactivity(false)
-            .with_filter(lifecycle::env_filter("info").or(crate::server::request_spans()))
+            .with_filter(lifecycle::env_filter("info").or(request_spans()))
     });
     tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(traces))
 }
