@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::http::Uri;
 use dronelab_contract::{Section, SectionError};
 use opentelemetry::Context;
 use rand::Rng;
@@ -19,7 +20,27 @@ use crate::metrics::{self, GatewayMetrics};
 pub struct Backend {
     /// The invoice section it fills; its name is in `errors[].backend` and span names.
     pub section: Section,
+    /// The endpoint, without a query.
     pub url: url::Url,
+    /// `GET <section>`, the client span's name.
+    span_name: &'static str,
+}
+
+impl Backend {
+    /// The backend filling `section` at `url` (its query, if any, is dropped).
+    pub fn new(section: Section, mut url: url::Url) -> Self {
+        url.set_query(None);
+        let span_name = match section {
+            Section::Deliveries => "GET deliveries",
+            Section::Packages => "GET packages",
+            Section::Utilization => "GET utilization",
+        };
+        Self {
+            section,
+            url,
+            span_name,
+        }
+    }
 }
 
 /// How calls to backends behave.
@@ -72,18 +93,22 @@ async fn call<T: DeserializeOwned>(
     backend: &Backend,
     query: &str,
 ) -> (metrics::CallOutcome, Result<T, SectionError>) {
-    let mut url = backend.url.clone();
-    url.set_query(Some(query));
+    // The owner-month query is ours (validated and re-encoded), so it always makes a URI.
+    let uri = match Uri::try_from(format!("{}?{query}", backend.url.as_str())) {
+        Ok(uri) => uri,
+        Err(e) => {
+            let outcome = CallOutcome::Failed(format!("bad backend URI: {e}"));
+            return (
+                metrics::CallOutcome::Failed,
+                interpret(backend.section, outcome, policy.timeout),
+            );
+        }
+    };
     budget.deposit();
     let mut attempt = 0;
     loop {
         let outcome = client
-            .get(
-                cx,
-                &format!("GET {}", backend.section.name()),
-                &url,
-                policy.timeout,
-            )
+            .get(cx, backend.span_name, uri.clone(), policy.timeout)
             .await;
         let retryable = matches!(
             outcome,

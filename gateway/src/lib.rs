@@ -111,8 +111,7 @@ fn endpoint(base: &url::Url, path: &str) -> url::Url {
 impl AppState {
     pub fn new(args: &GatewayArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
         let concurrency = args.max_concurrency as usize;
-        let client = TracedClient::new(telemetry.clone(), concurrency.min(256))
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let client = TracedClient::new(telemetry.clone(), concurrency.min(256));
         let instrumentation = Instrumentation::new(telemetry);
         let metrics = GatewayMetrics::register(&instrumentation.metrics);
         Ok(Arc::new(Self {
@@ -123,18 +122,18 @@ impl AppState {
                 max_retries: args.max_retries,
                 backoff_base: Duration::from_millis(25),
             },
-            delivery: Backend {
-                section: Section::Deliveries,
-                url: endpoint(&args.delivery_url, routes::DELIVERY_SUMMARY),
-            },
-            package: Backend {
-                section: Section::Packages,
-                url: endpoint(&args.package_url, routes::PACKAGE_SUMMARY),
-            },
-            utilization: Backend {
-                section: Section::Utilization,
-                url: endpoint(&args.utilization_url, routes::UTILIZATION),
-            },
+            delivery: Backend::new(
+                Section::Deliveries,
+                endpoint(&args.delivery_url, routes::DELIVERY_SUMMARY),
+            ),
+            package: Backend::new(
+                Section::Packages,
+                endpoint(&args.package_url, routes::PACKAGE_SUMMARY),
+            ),
+            utilization: Backend::new(
+                Section::Utilization,
+                endpoint(&args.utilization_url, routes::UTILIZATION),
+            ),
             in_flight: Arc::new(Semaphore::new(concurrency)),
             instrumentation,
             metrics,
