@@ -11,6 +11,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::Rng;
 use tokio::task::JoinSet;
 
+use axum::http::Uri;
+use service_kit::client::{CallOutcome, HttpClient};
+
 use crate::data::DataSet;
 pub use crate::profile::Profile;
 pub use crate::record::{
@@ -121,45 +124,44 @@ pub struct Target {
 }
 
 impl Target {
-    fn random_url(&self) -> url::Url {
+    /// `<scheme>://<host>:<port><path>`: what every request's URI starts with.
+    fn base(&self) -> String {
+        format!(
+            "{}{}",
+            self.gateway.origin().ascii_serialization(),
+            self.path
+        )
+    }
+
+    /// A random owner-month of the data set, after `base`.
+    fn random_uri(&self, base: &str) -> Result<Uri, axum::http::uri::InvalidUri> {
         let mut rng = rand::rng();
         let owner = rng.random_range(0..self.data.owners.max(1));
         let (year, month) = DataSet::month(rng.random_range(0..self.data.months.max(1)));
-        let mut url = self.gateway.clone();
-        url.set_path(&self.path);
-        url.set_query(Some(&format!(
-            "ownerId={}&year={year}&month={month}",
+        Uri::try_from(format!(
+            "{base}?ownerId={}&year={year}&month={month}",
             DataSet::owner_id(owner)
-        )));
-        url
+        ))
     }
 }
 
-async fn one_request(client: &reqwest::Client, target: &Target) -> Outcome {
-    match client
-        .get(target.random_url())
-        .timeout(target.timeout)
-        .send()
-        .await
-    {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            match response.bytes().await {
-                Ok(body) if status == 200 => {
-                    if body.windows(14).any(|w| w == b"\"partial\":true") {
-                        Outcome::Partial
-                    } else {
-                        Outcome::Ok
-                    }
-                }
-                Ok(_) if status >= 500 => Outcome::Http5xx,
-                Ok(_) => Outcome::Http4xx,
-                Err(e) if e.is_timeout() => Outcome::Timeout,
-                Err(_) => Outcome::Connection,
+async fn one_request(client: &HttpClient, target: &Target, base: &str) -> Outcome {
+    let uri = match target.random_uri(base) {
+        Ok(uri) => uri,
+        Err(_) => return Outcome::Connection,
+    };
+    match client.get(uri, target.timeout).await {
+        CallOutcome::Response { status: 200, body } => {
+            if body.windows(14).any(|w| w == b"\"partial\":true") {
+                Outcome::Partial
+            } else {
+                Outcome::Ok
             }
         }
-        Err(e) if e.is_timeout() => Outcome::Timeout,
-        Err(_) => Outcome::Connection,
+        CallOutcome::Response { status, .. } if status >= 500 => Outcome::Http5xx,
+        CallOutcome::Response { .. } => Outcome::Http4xx,
+        CallOutcome::TimedOut => Outcome::Timeout,
+        CallOutcome::ConnectFailed(_) | CallOutcome::Failed(_) => Outcome::Connection,
     }
 }
 
@@ -214,11 +216,7 @@ pub async fn run_recorded(
     options: RunOptions,
     label: &str,
 ) -> LoadRecord {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap_or_default();
+    let client = HttpClient::new(1024);
     if let Some(wait) = options
         .start_at
         .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -229,6 +227,7 @@ pub async fn run_recorded(
     let started_at_unix_ms = unix_ms(SystemTime::now());
     let driver = Driver {
         client,
+        base: target.base().into(),
         target: Arc::new(target),
         recorder: Arc::new(Recorder::new(started, options.keep_samples)),
         bar: progress_bar(options.show_progress, label),
@@ -273,8 +272,10 @@ pub fn unix_ms(at: SystemTime) -> u64 {
 
 /// What the request loops share.
 struct Driver {
-    client: reqwest::Client,
+    client: HttpClient,
     target: Arc<Target>,
+    /// Every request's URI up to its query.
+    base: Arc<str>,
     recorder: Arc<Recorder>,
     bar: ProgressBar,
     shard: Shard,
@@ -305,13 +306,14 @@ impl Driver {
                     .record(intended, Outcome::Dropped, Duration::ZERO);
                 continue;
             };
-            let (client, target, recorder) = (
+            let (client, target, base, recorder) = (
                 self.client.clone(),
                 self.target.clone(),
+                self.base.clone(),
                 self.recorder.clone(),
             );
             tasks.spawn(async move {
-                let outcome = one_request(&client, &target).await;
+                let outcome = one_request(&client, &target, &base).await;
                 // Measured from the intended start: a late start counts as latency.
                 recorder.record(intended, outcome, intended.elapsed());
                 drop(permit);
@@ -356,9 +358,10 @@ impl Driver {
         index: usize,
         desired: Arc<AtomicUsize>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, target, recorder, deadline) = (
+        let (client, target, base, recorder, deadline) = (
             self.client.clone(),
             self.target.clone(),
+            self.base.clone(),
             self.recorder.clone(),
             self.deadline,
         );
@@ -367,7 +370,9 @@ impl Driver {
                 let sent = Instant::now();
                 let remaining = deadline.saturating_duration_since(sent);
                 let outcome =
-                    match tokio::time::timeout(remaining, one_request(&client, &target)).await {
+                    match tokio::time::timeout(remaining, one_request(&client, &target, &base))
+                        .await
+                    {
                         Ok(outcome) => outcome,
                         // The run ended while this request was in flight.
                         Err(_) => break,

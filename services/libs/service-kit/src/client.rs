@@ -1,9 +1,11 @@
-//! An HTTP client whose every request is a client span and carries the W3C trace context.
+//! HTTP clients for hot paths: [`HttpClient`], hyper's pooled client with nothing in
+//! between, and [`TracedClient`], which makes every request a client span carrying the
+//! W3C trace context.
 //!
-//! It is hyper's pooled client with nothing in between: the gateway makes three calls
-//! per invoice, and reqwest's per-request layers (URL parsing and conversion, redirect and
-//! decompression handling, boxed timeouts) cost more than the rest of its work
-//! (`bench/run gateway`). Timeouts are `tokio::time::timeout` around the whole exchange.
+//! The gateway makes three calls per invoice and the load generator one per request;
+//! reqwest's per-request layers (URL parsing and conversion, redirect and decompression
+//! handling, boxed timeouts) cost more than the rest of their work (`bench/run`).
+//! Timeouts are `tokio::time::timeout` around the whole exchange.
 
 use std::time::Duration;
 
@@ -18,9 +20,16 @@ use opentelemetry::{Context, KeyValue};
 
 use crate::telemetry::Telemetry;
 
+/// A pooled HTTP/1.1 client for bodiless GETs.
+#[derive(Clone, Debug)]
+pub struct HttpClient {
+    http: Client<HttpConnector, Empty<Bytes>>,
+}
+
+/// [`HttpClient`] whose requests are client spans of `telemetry`.
 #[derive(Clone, Debug)]
 pub struct TracedClient {
-    http: Client<HttpConnector, Empty<Bytes>>,
+    http: HttpClient,
     telemetry: Telemetry,
 }
 
@@ -49,10 +58,10 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-impl TracedClient {
-    /// A pooled HTTP/1.1 client: keep-alive connections (at most `pool_per_host` idle per
-    /// backend, closed after 60 s idle) are reused across requests.
-    pub fn new(telemetry: Telemetry, pool_per_host: usize) -> Self {
+impl HttpClient {
+    /// Keep-alive connections (at most `pool_per_host` idle per host, closed after 60 s
+    /// idle) are reused across requests.
+    pub fn new(pool_per_host: usize) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -61,38 +70,18 @@ impl TracedClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_timer(TokioTimer::new())
             .build(connector);
-        Self { http, telemetry }
+        Self { http }
     }
 
-    /// `GET uri` as a child of `parent`, giving up after `timeout`.
-    pub async fn get(
-        &self,
-        parent: &Context,
-        span_name: &str,
-        uri: Uri,
-        timeout: Duration,
-    ) -> CallOutcome {
-        // Without tracing there is no span to describe: skip building its attributes.
-        let cx = if self.telemetry.enabled() {
-            self.start_span(parent, span_name, &uri)
-        } else {
-            parent.clone()
-        };
-        let mut request = Request::get(uri);
-        if let Some(headers) = request.headers_mut() {
-            self.telemetry.inject(&cx, headers);
-        }
-        let outcome = match request.body(Empty::new()) {
-            Ok(request) => self.exchange(request, timeout).await,
+    /// `GET uri`, giving up after `timeout`.
+    pub async fn get(&self, uri: Uri, timeout: Duration) -> CallOutcome {
+        match Request::get(uri).body(Empty::new()) {
+            Ok(request) => self.send(request, timeout).await,
             Err(e) => CallOutcome::Failed(e.to_string()),
-        };
-        if self.telemetry.enabled() {
-            end_span(&cx, &outcome);
         }
-        outcome
     }
 
-    async fn exchange(&self, request: Request<Empty<Bytes>>, timeout: Duration) -> CallOutcome {
+    async fn send(&self, request: Request<Empty<Bytes>>, timeout: Duration) -> CallOutcome {
         let call = async {
             let response = self.http.request(request).await.map_err(|e| {
                 if e.is_connect() {
@@ -114,6 +103,44 @@ impl TracedClient {
             Ok(Ok(outcome) | Err(outcome)) => outcome,
             Err(_) => CallOutcome::TimedOut,
         }
+    }
+}
+
+impl TracedClient {
+    /// See [`HttpClient::new`].
+    pub fn new(telemetry: Telemetry, pool_per_host: usize) -> Self {
+        Self {
+            http: HttpClient::new(pool_per_host),
+            telemetry,
+        }
+    }
+
+    /// `GET uri` as a child of `parent`, giving up after `timeout`.
+    pub async fn get(
+        &self,
+        parent: &Context,
+        span_name: &str,
+        uri: Uri,
+        timeout: Duration,
+    ) -> CallOutcome {
+        // Without tracing there is no span to describe: skip building its attributes.
+        let cx = if self.telemetry.enabled() {
+            self.start_span(parent, span_name, &uri)
+        } else {
+            parent.clone()
+        };
+        let mut request = Request::get(uri);
+        if let Some(headers) = request.headers_mut() {
+            self.telemetry.inject(&cx, headers);
+        }
+        let outcome = match request.body(Empty::new()) {
+            Ok(request) => self.http.send(request, timeout).await,
+            Err(e) => CallOutcome::Failed(e.to_string()),
+        };
+        if self.telemetry.enabled() {
+            end_span(&cx, &outcome);
+        }
+        outcome
     }
 
     fn start_span(&self, parent: &Context, span_name: &str, uri: &Uri) -> Context {
