@@ -1,5 +1,10 @@
 use clap::Parser;
 
+/// The same allocator as the gateway's binary, for the load generator and for the local
+/// stack's services (which this binary runs as `loadtest component`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     loadtest::cli::main(loadtest::cli::Cli::parse()).await
