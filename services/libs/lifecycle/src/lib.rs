@@ -1,7 +1,8 @@
 //! What every dronelab process shares, kept apart from `service-kit` so the emulator and
-//! the trace viewer need no HTTP service plumbing: logging to stderr, the one address line
-//! on stdout that the local stack reads, the shutdown signal, and the bind / announce /
-//! serve sequence every server process runs.
+//! the trace viewer need no HTTP service plumbing: logging to stderr (text or JSON), its
+//! own CPU and memory ([`process`]), the one address line on stdout that the local stack
+//! reads, the shutdown signal, and the bind / announce / serve sequence every server
+//! process runs.
 
 use std::future::Future;
 use std::net::SocketAddr;
