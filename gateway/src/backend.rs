@@ -74,66 +74,46 @@ impl Caller<'_> {
         query: &str,
     ) -> Result<T, SectionError> {
         let started = Instant::now();
-        let (outcome, result) =
-            call(self.client, self.budget, self.policy, cx, backend, query).await;
+        let outcome = self.attempts(cx, backend, query).await;
+        let mut label = metrics::CallOutcome::of(&outcome);
+        let result = interpret(backend.section, outcome, self.policy.timeout);
+        if result.is_err() && label == metrics::CallOutcome::Ok {
+            // A 2xx whose body is not the section's JSON.
+            label = metrics::CallOutcome::ErrorStatus;
+        }
         self.metrics.backend_call(
             backend.section.name(),
-            outcome,
+            label,
             started.elapsed().as_secs_f64(),
         );
         result
     }
-}
 
-async fn call<T: DeserializeOwned>(
-    client: &TracedClient,
-    budget: &TpsBudget,
-    policy: CallPolicy,
-    cx: &Context,
-    backend: &Backend,
-    query: &str,
-) -> (metrics::CallOutcome, Result<T, SectionError>) {
-    // The owner-month query is ours (validated and re-encoded), so it always makes a URI.
-    let uri = match Uri::try_from(format!("{}?{query}", backend.url.as_str())) {
-        Ok(uri) => uri,
-        Err(e) => {
-            let outcome = CallOutcome::Failed(format!("bad backend URI: {e}"));
-            return (
-                metrics::CallOutcome::Failed,
-                interpret(backend.section, outcome, policy.timeout),
+    /// The call with its retries (within the budget); the last attempt's outcome.
+    async fn attempts(&self, cx: &Context, backend: &Backend, query: &str) -> CallOutcome {
+        // The owner-month query is ours (validated and re-encoded), so it always makes a URI.
+        let uri = match Uri::try_from(format!("{}?{query}", backend.url.as_str())) {
+            Ok(uri) => uri,
+            Err(e) => return CallOutcome::Failed(format!("bad backend URI: {e}")),
+        };
+        self.budget.deposit();
+        let mut attempt = 0;
+        loop {
+            let outcome = self
+                .client
+                .get(cx, backend.span_name, uri.clone(), self.policy.timeout)
+                .await;
+            let retryable = matches!(
+                outcome,
+                CallOutcome::ConnectFailed(_) | CallOutcome::Response { status: 503, .. }
             );
-        }
-    };
-    budget.deposit();
-    let mut attempt = 0;
-    loop {
-        let outcome = client
-            .get(cx, backend.span_name, uri.clone(), policy.timeout)
-            .await;
-        let retryable = matches!(
-            outcome,
-            CallOutcome::ConnectFailed(_) | CallOutcome::Response { status: 503, .. }
-        );
-        if retryable && attempt < policy.max_retries && budget.withdraw() {
-            attempt += 1;
-            tokio::time::sleep(backoff(policy.backoff_base, attempt)).await;
-            continue;
-        }
-        let label = match &outcome {
-            CallOutcome::Response { status, .. } if (200..300).contains(status) => {
-                metrics::CallOutcome::Ok
+            if retryable && attempt < self.policy.max_retries && self.budget.withdraw() {
+                attempt += 1;
+                tokio::time::sleep(backoff(self.policy.backoff_base, attempt)).await;
+                continue;
             }
-            CallOutcome::Response { .. } => metrics::CallOutcome::ErrorStatus,
-            CallOutcome::TimedOut => metrics::CallOutcome::Timeout,
-            CallOutcome::ConnectFailed(_) => metrics::CallOutcome::ConnectFailed,
-            CallOutcome::Failed(_) => metrics::CallOutcome::Failed,
-        };
-        let result = interpret(backend.section, outcome, policy.timeout);
-        let label = match (&result, label) {
-            (Err(_), metrics::CallOutcome::Ok) => metrics::CallOutcome::ErrorStatus,
-            (_, label) => label,
-        };
-        return (label, result);
+            return outcome;
+        }
     }
 }
 

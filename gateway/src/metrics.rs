@@ -45,6 +45,20 @@ pub enum CallOutcome {
     Failed,
 }
 
+impl CallOutcome {
+    /// How a backend's answer (or its absence) counts.
+    pub fn of(outcome: &service_kit::client::CallOutcome) -> Self {
+        use service_kit::client::CallOutcome as Answer;
+        match outcome {
+            Answer::Response { status, .. } if (200..300).contains(status) => Self::Ok,
+            Answer::Response { .. } => Self::ErrorStatus,
+            Answer::TimedOut => Self::Timeout,
+            Answer::ConnectFailed(_) => Self::ConnectFailed,
+            Answer::Failed(_) => Self::Failed,
+        }
+    }
+}
+
 impl EncodeLabelValue for CallOutcome {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
         encoder.write_str(match self {

@@ -44,6 +44,14 @@ impl MetricsRegistry {
             .register_with_unit(name, help, unit, metric);
     }
 
+    /// Adds this process's CPU and memory to the exposition.
+    pub fn register_process(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .register_collector(Box::new(ProcessCollector));
+    }
+
     /// The Prometheus text exposition of everything registered.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -129,15 +137,5 @@ impl Collector for ProcessCollector {
             Some(&Unit::Bytes),
             ConstGauge::<i64>::TYPE,
         )?)
-    }
-}
-
-impl MetricsRegistry {
-    /// Adds this process's CPU and memory to the exposition.
-    pub fn register_process(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register_collector(Box::new(ProcessCollector));
     }
 }
