@@ -4,6 +4,7 @@
 pub mod calibration;
 pub mod cli;
 pub mod cluster;
+mod connection;
 pub mod data;
 pub mod diagnose;
 pub mod emulator;

@@ -12,8 +12,9 @@ use rand::Rng;
 use tokio::task::JoinSet;
 
 use axum::http::Uri;
-use service_kit::client::{CallOutcome, HttpClient};
+use service_kit::client::CallOutcome;
 
+use crate::connection::{ConnectionPool, Endpoint, UserConnection};
 use crate::data::DataSet;
 pub use crate::profile::Profile;
 pub use crate::record::{
@@ -87,6 +88,14 @@ impl Recorder {
         (last, failed)
     }
 
+    /// Records how late a request scheduled for `intended` left.
+    pub fn record_send(&self, intended: Instant, lateness: Duration) {
+        let micros = lateness.as_micros().max(1) as u64;
+        self.with_second(intended, |s| {
+            let _ = s.send_lateness.record(micros);
+        });
+    }
+
     pub fn set_users(&self, at: Instant, users: usize) {
         self.with_second(at, |s| s.users = s.users.max(users));
     }
@@ -121,36 +130,49 @@ pub struct Target {
     pub data: DataSet,
     /// Client-side timeout of one request.
     pub timeout: Duration,
+    /// `gateway`'s host and port, checked when the target is made.
+    endpoint: Endpoint,
 }
 
 impl Target {
-    /// `<scheme>://<host>:<port><path>`: what every request's URI starts with.
-    fn base(&self) -> String {
-        format!(
-            "{}{}",
-            self.gateway.origin().ascii_serialization(),
-            self.path
-        )
+    /// A target on `gateway`, which must be an `http://` URL with a host.
+    pub fn new(
+        gateway: url::Url,
+        path: impl Into<String>,
+        data: DataSet,
+        timeout: Duration,
+    ) -> Result<Self, String> {
+        if gateway.scheme() != "http" {
+            return Err(format!(
+                "{gateway}: the load generator speaks plain http:// (got {}://)",
+                gateway.scheme()
+            ));
+        }
+        Ok(Self {
+            endpoint: Endpoint::of(&gateway)?,
+            gateway,
+            path: path.into(),
+            data,
+            timeout,
+        })
     }
 
-    /// A random owner-month of the data set, after `base`.
-    fn random_uri(&self, base: &str) -> Result<Uri, axum::http::uri::InvalidUri> {
+    /// `path?ownerId=…&year=…&month=…` for a random owner-month of the data set.
+    fn random_path_and_query(&self) -> Result<Uri, axum::http::uri::InvalidUri> {
         let mut rng = rand::rng();
         let owner = rng.random_range(0..self.data.owners.max(1));
         let (year, month) = DataSet::month(rng.random_range(0..self.data.months.max(1)));
         Uri::try_from(format!(
-            "{base}?ownerId={}&year={year}&month={month}",
+            "{}?ownerId={}&year={year}&month={month}",
+            self.path,
             DataSet::owner_id(owner)
         ))
     }
 }
 
-async fn one_request(client: &HttpClient, target: &Target, base: &str) -> Outcome {
-    let uri = match target.random_uri(base) {
-        Ok(uri) => uri,
-        Err(_) => return Outcome::Connection,
-    };
-    match client.get(uri, target.timeout).await {
+/// What a request's answer counts as.
+fn classify(outcome: CallOutcome) -> Outcome {
+    match outcome {
         CallOutcome::Response { status: 200, body } => {
             if body.windows(14).any(|w| w == b"\"partial\":true") {
                 Outcome::Partial
@@ -216,7 +238,6 @@ pub async fn run_recorded(
     options: RunOptions,
     label: &str,
 ) -> LoadRecord {
-    let client = HttpClient::new(1024);
     if let Some(wait) = options
         .start_at
         .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -226,8 +247,7 @@ pub async fn run_recorded(
     let started = Instant::now();
     let started_at_unix_ms = unix_ms(SystemTime::now());
     let driver = Driver {
-        client,
-        base: target.base().into(),
+        pool: Arc::new(ConnectionPool::new(target.endpoint.clone())),
         target: Arc::new(target),
         recorder: Arc::new(Recorder::new(started, options.keep_samples)),
         bar: progress_bar(options.show_progress, label),
@@ -272,10 +292,9 @@ pub fn unix_ms(at: SystemTime) -> u64 {
 
 /// What the request loops share.
 struct Driver {
-    client: HttpClient,
+    /// The open loop's requests overlap: they share a pool of connections.
+    pool: Arc<ConnectionPool>,
     target: Arc<Target>,
-    /// Every request's URI up to its query.
-    base: Arc<str>,
     recorder: Arc<Recorder>,
     bar: ProgressBar,
     shard: Shard,
@@ -300,25 +319,40 @@ impl Driver {
             if !self.shard.sends(u64::from(k - 1)) {
                 continue;
             }
-            tokio::time::sleep_until(intended.into()).await;
+            // Behind schedule, send at once (a timer per request would cost more than
+            // the send).
+            if intended > Instant::now() {
+                tokio::time::sleep_until(intended.into()).await;
+            }
             let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                 self.recorder
                     .record(intended, Outcome::Dropped, Duration::ZERO);
                 continue;
             };
-            let (client, target, base, recorder) = (
-                self.client.clone(),
+            let (pool, target, recorder) = (
+                self.pool.clone(),
                 self.target.clone(),
-                self.base.clone(),
                 self.recorder.clone(),
             );
             tasks.spawn(async move {
-                let outcome = one_request(&client, &target, &base).await;
+                recorder.record_send(intended, intended.elapsed());
+                let outcome = match target.random_path_and_query() {
+                    Ok(path_and_query) => {
+                        let mut connection = pool.take();
+                        let outcome = connection.get(path_and_query, target.timeout).await;
+                        pool.give_back(connection);
+                        classify(outcome)
+                    }
+                    Err(_) => Outcome::Connection,
+                };
                 // Measured from the intended start: a late start counts as latency.
                 recorder.record(intended, outcome, intended.elapsed());
                 drop(permit);
             });
             if k.is_multiple_of(64) {
+                // Finished requests' tasks are let go as the run goes: memory stays
+                // bounded by the requests in flight, not by the run's length.
+                while tasks.try_join_next().is_some() {}
                 update_bar(&self.bar, &self.recorder, self.started, self.deadline, None);
             }
         }
@@ -352,32 +386,36 @@ impl Driver {
         tasks
     }
 
-    /// User `index`: requests one after another while it is wanted and time is left.
+    /// User `index`: requests one after another on a connection of its own while it is
+    /// wanted and time is left.
     fn user(
         &self,
         index: usize,
         desired: Arc<AtomicUsize>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, target, base, recorder, deadline) = (
-            self.client.clone(),
-            self.target.clone(),
-            self.base.clone(),
-            self.recorder.clone(),
-            self.deadline,
-        );
+        let (target, recorder, deadline) =
+            (self.target.clone(), self.recorder.clone(), self.deadline);
         async move {
-            while Instant::now() < deadline && index < desired.load(Ordering::Relaxed) {
-                let sent = Instant::now();
+            let mut connection = UserConnection::new(target.endpoint.clone());
+            // One clock reading per request: a request's end is the next one's start.
+            let mut sent = Instant::now();
+            while sent < deadline && index < desired.load(Ordering::Relaxed) {
+                let Ok(path_and_query) = target.random_path_and_query() else {
+                    recorder.record(sent, Outcome::Connection, Duration::ZERO);
+                    break;
+                };
+                // One timer per request: the request's timeout, cut short by the run's end.
                 let remaining = deadline.saturating_duration_since(sent);
-                let outcome =
-                    match tokio::time::timeout(remaining, one_request(&client, &target, &base))
-                        .await
-                    {
-                        Ok(outcome) => outcome,
-                        // The run ended while this request was in flight.
-                        Err(_) => break,
-                    };
-                recorder.record(sent, outcome, sent.elapsed());
+                let outcome = connection
+                    .get(path_and_query, target.timeout.min(remaining))
+                    .await;
+                let answered = Instant::now();
+                if matches!(outcome, CallOutcome::TimedOut) && answered >= deadline {
+                    // The run ended while this request was in flight.
+                    break;
+                }
+                recorder.record(sent, classify(outcome), answered - sent);
+                sent = answered;
             }
         }
     }
@@ -472,17 +510,18 @@ mod tests {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        let target = Target {
-            gateway: url::Url::parse(&format!("http://{addr}/")).expect("url"),
-            path: dronelab_contract::routes::INVOICES.into(),
-            data: DataSet {
+        let target = Target::new(
+            url::Url::parse(&format!("http://{addr}/")).expect("url"),
+            dronelab_contract::routes::INVOICES,
+            DataSet {
                 seed: 1,
                 owners: 10,
                 months: 2,
                 drones_per_owner: 1,
             },
-            timeout: Duration::from_secs(10),
-        };
+            Duration::from_secs(10),
+        )
+        .expect("target");
         let profile = Profile::Arrival {
             rate_per_sec: 20.0,
             duration_secs: 0.5,
@@ -493,6 +532,71 @@ mod tests {
         // Served one by one, the tenth request waits for nine others: ~3 s from its
         // intended start, though its own service took 300 ms.
         assert!(summary.latency_ms.max > 2000.0, "{:?}", summary.latency_ms);
+        // ... while the sends themselves kept to the schedule.
+        let late = summary
+            .send_lateness_ms
+            .expect("an open loop reports send lateness");
+        assert!(late.max < 250.0, "{late:?}");
+    }
+
+    #[tokio::test]
+    async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
+        // Every answer closes its connection: each user's next request needs a new one.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new().fallback(|| async {
+            (
+                [(axum::http::header::CONNECTION, "close")],
+                "{\"partial\":false}",
+            )
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let target = Target::new(
+            url::Url::parse(&format!("http://{addr}/")).expect("url"),
+            dronelab_contract::routes::INVOICES,
+            DataSet {
+                seed: 1,
+                owners: 10,
+                months: 2,
+                drones_per_owner: 1,
+            },
+            Duration::from_secs(10),
+        )
+        .expect("target");
+        let profile = Profile::Constant {
+            users: 3,
+            duration_secs: 0.5,
+        };
+        let summary = run(target, profile, false, "test").await;
+        assert!(summary.requests > 3, "{summary:?}");
+        assert_eq!(summary.successful_requests, summary.requests, "{summary:?}");
+        assert_eq!(summary.send_lateness_ms, None);
+    }
+
+    #[test]
+    fn a_target_must_be_plain_http() {
+        let data = DataSet {
+            seed: 1,
+            owners: 1,
+            months: 1,
+            drones_per_owner: 1,
+        };
+        let target = |url: &str| {
+            Target::new(
+                url::Url::parse(url).expect("url"),
+                "/",
+                data,
+                Duration::from_secs(1),
+            )
+        };
+        assert!(target("http://127.0.0.1:8080/").is_ok());
+        assert!(target("http://[::1]:8080/").is_ok());
+        let https = target("https://127.0.0.1/").expect_err("https is refused");
+        assert!(https.contains("https://"), "{https}");
     }
 
     fn axum_stub(gate: Arc<tokio::sync::Mutex<()>>) -> axum::Router {

@@ -75,6 +75,10 @@ pub struct LoadSummary {
     pub duration_secs: f64,
     pub throughput_rps: f64,
     pub latency_ms: Percentiles,
+    /// Open loop only: how late requests left against their schedule (an open-loop
+    /// generator that cannot keep its schedule understates the load it reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lateness_ms: Option<Percentiles>,
     pub series: Vec<SecondSample>,
 }
 
@@ -92,6 +96,14 @@ pub struct SecondRecord {
     pub outcomes: BTreeMap<Outcome, u64>,
     #[serde(with = "histogram_base64")]
     pub latency: Histogram<u64>,
+    /// Open loop: how late each request left against its schedule (µs; empty in a
+    /// closed loop).
+    #[serde(
+        default = "latency_histogram",
+        with = "histogram_base64",
+        skip_serializing_if = "Histogram::is_empty"
+    )]
+    pub send_lateness: Histogram<u64>,
 }
 
 impl Default for SecondRecord {
@@ -100,6 +112,7 @@ impl Default for SecondRecord {
             users: 0,
             outcomes: BTreeMap::new(),
             latency: latency_histogram(),
+            send_lateness: latency_histogram(),
         }
     }
 }
@@ -152,10 +165,12 @@ impl LoadRecord {
     /// Totals and the per-second series, as one generator's run reports them.
     pub fn summary(&self) -> LoadSummary {
         let mut total = latency_histogram();
+        let mut send_lateness = latency_histogram();
         let mut outcomes: BTreeMap<Outcome, u64> = BTreeMap::new();
         let mut series = Vec::with_capacity(self.seconds.len());
         for (t, s) in self.seconds.iter().enumerate() {
             let _ = total.add(&s.latency);
+            let _ = send_lateness.add(&s.send_lateness);
             for (o, n) in &s.outcomes {
                 *outcomes.entry(*o).or_default() += n;
             }
@@ -181,6 +196,7 @@ impl LoadRecord {
             duration_secs: secs,
             throughput_rps: successful as f64 / secs,
             latency_ms: Percentiles::of(&total),
+            send_lateness_ms: (!send_lateness.is_empty()).then(|| Percentiles::of(&send_lateness)),
             series,
         }
     }
@@ -233,6 +249,7 @@ impl LoadRecord {
                 merged
                     .latency
                     .add(&second.latency)
+                    .and_then(|()| merged.send_lateness.add(&second.send_lateness))
                     .map_err(|e| MergeError::Histogram(format!("{e:?}")))?;
             }
             samples = match (samples, record.samples_us) {

@@ -131,17 +131,18 @@ impl RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<(), String> {
     let profile = args.profile()?;
-    let target = Target {
-        gateway: args.target.clone(),
-        path: args.path.clone(),
-        data: crate::data::DataSet {
+    let target = Target::new(
+        args.target.clone(),
+        args.path.clone(),
+        crate::data::DataSet {
             seed: 0,
             owners: args.owners,
             months: args.months,
             drones_per_owner: 1,
         },
-        timeout: Duration::from_secs(args.timeout.max(1)),
-    };
+        Duration::from_secs(args.timeout.max(1)),
+    )
+    .map_err(|why| format!("--target {why}"))?;
     let options = RunOptions {
         shard: args.shard,
         start_at: args.start_at.map(start_time).transpose()?,
@@ -182,6 +183,13 @@ pub fn print_summary(summary: &LoadSummary, stdout_taken: bool) {
         summary.requests, summary.successful_requests, summary.failed_requests, summary.throughput_rps,
         summary.latency_ms.avg, summary.latency_ms.p50, summary.latency_ms.p90, summary.latency_ms.p95,
         summary.latency_ms.p99, summary.latency_ms.max);
+    let line = match &summary.send_lateness_ms {
+        Some(late) => format!(
+            "{line}; sends late by ms p50 {:.2} p99 {:.2} max {:.1}",
+            late.p50, late.p99, late.max
+        ),
+        None => line,
+    };
     if stdout_taken {
         eprintln!("{line}");
     } else {

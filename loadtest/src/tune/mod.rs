@@ -111,6 +111,8 @@ pub enum TuneError {
     Merge(crate::record::MergeError),
     #[error("cluster mode needs --target (load from here) or --load-pods (load from the cluster)")]
     NoLoadSource,
+    #[error("the gateway to load: {0}")]
+    Target(String),
 }
 
 fn run_id() -> String {
@@ -142,12 +144,13 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         .await
         .map_err(|e| TuneError::Cosmos(e.to_string()))?;
     let profile = args.profile.load();
-    let target = Target {
-        gateway: deployment.gateway.clone(),
-        path: routes::INVOICES.into(),
-        data: deployment.seed.data_set(),
-        timeout: Duration::from_secs(60),
-    };
+    let target = Target::new(
+        deployment.gateway.clone(),
+        routes::INVOICES,
+        deployment.seed.data_set(),
+        Duration::from_secs(60),
+    )
+    .map_err(TuneError::Target)?;
     let mut run = StageRun {
         deployment: &mut deployment,
         cosmos: &cosmos,

@@ -47,7 +47,7 @@ pub enum CallOutcome {
 }
 
 /// An error with its causes, `outer: inner: innermost` (hyper's own messages are terse).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
