@@ -31,7 +31,16 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
             Some(Value::Number(n)) => n.as_f64().map(|f| Cow::Owned(number(-f))),
             _ => None,
         },
-        Expr::Binary(op, left, right) => binary(*op, left, right, doc, params)?,
+        Expr::Binary(op, left, right) => {
+            combine(*op, eval(left, doc, params)?, right, doc, params)?
+        }
+        Expr::Chain(first, rest) => {
+            let mut value = eval(first, doc, params)?;
+            for (op, operand) in rest {
+                value = combine(*op, value, operand, doc, params)?;
+            }
+            value
+        }
         Expr::In {
             needle,
             list,
@@ -117,14 +126,14 @@ fn resolve_path<'a>(
     Ok(Some(Cow::Borrowed(current)))
 }
 
-fn binary<'a>(
+/// `l op right`, evaluating `right` only when `l` does not decide the result.
+fn combine<'a>(
     op: BinaryOp,
-    left: &'a Expr,
+    l: Eval<'a>,
     right: &'a Expr,
     doc: &'a Value,
     params: &'a Params,
 ) -> Result<Eval<'a>, SqlError> {
-    let l = eval(left, doc, params)?;
     // AND/OR short-circuit on a decisive left side, as Cosmos does.
     match (op, l.as_deref()) {
         (BinaryOp::And, Some(Value::Bool(false))) => return Ok(Some(boolean(false))),

@@ -177,9 +177,11 @@ impl PreparedQuery {
 
 fn collect_equalities<'a>(expr: &'a Expr, params: &'a Params, out: &mut Vec<(&'a str, &'a Value)>) {
     match expr {
-        Expr::Binary(BinaryOp::And, left, right) => {
-            collect_equalities(left, params, out);
-            collect_equalities(right, params, out);
+        Expr::Chain(first, rest) if rest.iter().all(|(op, _)| *op == BinaryOp::And) => {
+            collect_equalities(first, params, out);
+            for (_, operand) in rest {
+                collect_equalities(operand, params, out);
+            }
         }
         Expr::Binary(BinaryOp::Eq, left, right) => {
             let constant = |e: &'a Expr| match e {
@@ -215,6 +217,9 @@ fn contains_aggregate(expr: &Expr) -> bool {
         }),
         Expr::Unary(_, inner) => contains_aggregate(inner),
         Expr::Binary(_, l, r) => contains_aggregate(l) || contains_aggregate(r),
+        Expr::Chain(first, rest) => {
+            contains_aggregate(first) || rest.iter().any(|(_, e)| contains_aggregate(e))
+        }
         Expr::In { needle, list, .. } => {
             contains_aggregate(needle) || list.iter().any(contains_aggregate)
         }
@@ -249,6 +254,10 @@ fn visit_params(query: &Query, visit: &mut impl FnMut(&str)) {
             Expr::Binary(_, l, r) => {
                 walk(l, visit);
                 walk(r, visit);
+            }
+            Expr::Chain(first, rest) => {
+                walk(first, visit);
+                rest.iter().for_each(|(_, e)| walk(e, visit));
             }
             Expr::In { needle, list, .. } => {
                 walk(needle, visit);
@@ -431,6 +440,121 @@ mod tests {
             q.equality_constraints(),
             vec![("ownerId", &json!("x")), ("month", &json!(3))]
         );
+    }
+
+    /// Runs `f` on a thread with the stack of a tokio worker (2 MiB), where the emulator
+    /// parses and evaluates queries.
+    fn on_worker_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(f)
+            .expect("thread starts")
+            .join()
+            .expect("no panic")
+    }
+
+    #[test]
+    fn long_chains_run_in_constant_stack_depth() {
+        // Thousands of terms (tens of KB of SQL) used to build a tree as deep as the
+        // chain, and evaluating it against a document overflowed the stack. 10,000 terms
+        // stay under the 256 KB query limit.
+        let terms = 10_000;
+        let chain = |term: &str, op: &str| vec![term; terms].join(op);
+        let queries = [
+            (
+                format!(
+                    "SELECT VALUE c.id FROM c WHERE {}",
+                    chain("c.month = 3", " AND ")
+                ),
+                json!(["1", "3", "4"]),
+            ),
+            (
+                format!(
+                    "SELECT VALUE c.id FROM c WHERE {} OR c.id = '2'",
+                    chain("c.month = 9", " OR ")
+                ),
+                json!(["2"]),
+            ),
+            (
+                format!(
+                    "SELECT VALUE {} FROM c WHERE c.id = '1'",
+                    chain("c.month", " + ")
+                ),
+                json!([3 * terms]),
+            ),
+            (
+                format!(
+                    "SELECT VALUE {} FROM c WHERE c.id = '1'",
+                    chain("c.month", " - ")
+                ),
+                json!([3 - 3 * (terms as i64 - 1)]),
+            ),
+            (
+                format!(
+                    "SELECT VALUE c.month{} FROM c WHERE c.id = '1'",
+                    " * 2 / 2".repeat(terms)
+                ),
+                json!([3]),
+            ),
+            (
+                format!(
+                    "SELECT VALUE LENGTH({}) FROM c WHERE c.id = '1'",
+                    chain("c.ownerId", " || ")
+                ),
+                json!([2 * terms]),
+            ),
+        ];
+        for (query, expected) in queries {
+            let out = on_worker_stack(move || run(&query, json!([]), &docs()));
+            assert_eq!(json!(out.expect("runs")), expected);
+        }
+    }
+
+    #[test]
+    fn every_kind_of_nesting_is_bounded_and_the_deepest_accepted_query_runs() {
+        // Each kind wraps `c.month` (3) n times and keeps its value or truth.
+        type Nest = fn(usize) -> String;
+        let kinds: [(&str, Nest); 6] = [
+            ("parentheses", |n| {
+                format!("{}c.month{} = 3", "(".repeat(n), ")".repeat(n))
+            }),
+            ("NOT", |n| format!("{}c.month = 3", "NOT NOT ".repeat(n))),
+            ("negation", |n| format!("{}c.month = 3", "- - ".repeat(n))),
+            ("arrays", |n| {
+                format!(
+                    "ARRAY_CONTAINS({}c.month{}, {}3{})",
+                    "[".repeat(n),
+                    "]".repeat(n),
+                    "[".repeat(n - 1),
+                    "]".repeat(n - 1)
+                )
+            }),
+            ("calls", |n| {
+                format!("{}c.month{} = 3", "ABS(".repeat(n), ")".repeat(n))
+            }),
+            ("IN lists", |n| {
+                format!("{}c.month = 3{}", "true IN (".repeat(n), ")".repeat(n))
+            }),
+        ];
+        for (kind, nest) in kinds {
+            let query = |n: usize| format!("SELECT VALUE c.id FROM c WHERE {}", nest(n));
+            let deepest = (1..=300)
+                .take_while(|&n| prepared(&query(n), json!([])).is_ok())
+                .last()
+                .unwrap_or(0);
+            assert!(
+                (16..300).contains(&deepest),
+                "{kind}: {deepest} levels accepted"
+            );
+            let err = prepared(&query(deepest + 1), json!([])).expect_err(kind);
+            assert!(
+                err.to_string().contains("nested too deeply"),
+                "{kind}: {err}"
+            );
+            let text = query(deepest);
+            let out = on_worker_stack(move || run(&text, json!([]), &docs()));
+            assert_eq!(json!(out.expect("runs")), json!(["1", "3", "4"]), "{kind}");
+        }
     }
 
     proptest::proptest! {

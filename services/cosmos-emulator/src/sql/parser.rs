@@ -13,7 +13,12 @@ pub enum Expr {
     /// The FROM alias itself (`c` in `SELECT VALUE c`).
     Root,
     Unary(UnaryOp, Box<Expr>),
+    /// A comparison (`=`, `!=`, `<`, …): comparisons do not chain.
     Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    /// Operators of one precedence level applied left to right: `a AND b AND c`,
+    /// `x + y - z`. One node however long, so a long chain never deepens the tree
+    /// (every walk over it is recursive).
+    Chain(Box<Expr>, Vec<(BinaryOp, Expr)>),
     In {
         needle: Box<Expr>,
         list: Vec<Expr>,
@@ -284,21 +289,21 @@ impl Parser {
     }
 
     fn or(&mut self, depth: usize) -> Result<Expr, SqlError> {
-        let mut left = self.and(depth)?;
+        let first = self.and(depth)?;
+        let mut rest = Vec::new();
         while self.eat_keyword("OR") {
-            let right = self.and(depth)?;
-            left = Expr::Binary(BinaryOp::Or, Box::new(left), Box::new(right));
+            rest.push((BinaryOp::Or, self.and(depth)?));
         }
-        Ok(left)
+        Ok(chain(first, rest))
     }
 
     fn and(&mut self, depth: usize) -> Result<Expr, SqlError> {
-        let mut left = self.not(depth)?;
+        let first = self.not(depth)?;
+        let mut rest = Vec::new();
         while self.eat_keyword("AND") {
-            let right = self.not(depth)?;
-            left = Expr::Binary(BinaryOp::And, Box::new(left), Box::new(right));
+            rest.push((BinaryOp::And, self.not(depth)?));
         }
-        Ok(left)
+        Ok(chain(first, rest))
     }
 
     fn not(&mut self, depth: usize) -> Result<Expr, SqlError> {
@@ -357,31 +362,31 @@ impl Parser {
     }
 
     fn additive(&mut self, depth: usize) -> Result<Expr, SqlError> {
-        let mut left = self.multiplicative(depth)?;
+        let first = self.multiplicative(depth)?;
+        let mut rest = Vec::new();
         loop {
             let op = match self.peek() {
                 Some(Token::Symbol("+")) => BinaryOp::Add,
                 Some(Token::Symbol("-")) => BinaryOp::Sub,
                 Some(Token::Symbol("||")) => BinaryOp::Concat,
-                _ => return Ok(left),
+                _ => return Ok(chain(first, rest)),
             };
             self.pos += 1;
-            let right = self.multiplicative(depth)?;
-            left = Expr::Binary(op, Box::new(left), Box::new(right));
+            rest.push((op, self.multiplicative(depth)?));
         }
     }
 
     fn multiplicative(&mut self, depth: usize) -> Result<Expr, SqlError> {
-        let mut left = self.unary(depth)?;
+        let first = self.unary(depth)?;
+        let mut rest = Vec::new();
         loop {
             let op = match self.peek() {
                 Some(Token::Symbol("*")) => BinaryOp::Mul,
                 Some(Token::Symbol("/")) => BinaryOp::Div,
-                _ => return Ok(left),
+                _ => return Ok(chain(first, rest)),
             };
             self.pos += 1;
-            let right = self.unary(depth)?;
-            left = Expr::Binary(op, Box::new(left), Box::new(right));
+            rest.push((op, self.unary(depth)?));
         }
     }
 
@@ -540,6 +545,15 @@ impl Parser {
     }
 }
 
+/// `first` alone, or the chain of it and `rest`.
+fn chain(first: Expr, rest: Vec<(BinaryOp, Expr)>) -> Expr {
+    if rest.is_empty() {
+        first
+    } else {
+        Expr::Chain(Box::new(first), rest)
+    }
+}
+
 fn number(n: f64) -> serde_json::Value {
     if n.fract() == 0.0 && n.abs() < 9.0e15 {
         serde_json::Value::from(n as i64)
@@ -615,6 +629,11 @@ fn bind_expr(expr: &mut Expr, alias: &str) -> Result<(), SqlError> {
         Expr::Binary(_, left, right) => {
             bind_expr(left, alias)?;
             bind_expr(right, alias)
+        }
+        Expr::Chain(first, rest) => {
+            bind_expr(first, alias)?;
+            rest.iter_mut()
+                .try_for_each(|(_, operand)| bind_expr(operand, alias))
         }
         Expr::In { needle, list, .. } => {
             bind_expr(needle, alias)?;
