@@ -26,6 +26,7 @@ pub mod throughput;
 
 pub use admin::{ContainerStats, DatabaseStats, ModelConfig, PartitionStatsView, Stats};
 pub use config::{Config, PUBLIC_EMULATOR_KEY};
+pub use protocol::MAX_JSON_NESTING;
 pub use serve_main::main;
 pub use server::{build_app, run};
 pub use state::AppState;

@@ -56,18 +56,26 @@ impl CosmosRequest {
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
-    /// The body as JSON; Cosmos binary JSON (first byte 0x80) is accepted too.
+    /// The body as JSON; Cosmos binary JSON (first byte 0x80) is accepted too. Either
+    /// way it may nest at most [`MAX_JSON_NESTING`] levels.
     pub fn json(&self) -> ApiResult<Value> {
         if self.body.is_empty() {
             return Err(ApiError::BadRequest("the request has no body".into()));
         }
-        if azure_data_cosmos_driver::binary_json::is_binary(&self.body) {
-            return azure_data_cosmos_driver::binary_json::decode(&self.body).map_err(|e| {
+        let value: Value = if azure_data_cosmos_driver::binary_json::is_binary(&self.body) {
+            azure_data_cosmos_driver::binary_json::decode(&self.body).map_err(|e| {
                 ApiError::BadRequest(format!("the binary JSON body could not be decoded: {e}"))
-            });
+            })?
+        } else {
+            serde_json::from_slice(&self.body)
+                .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))?
+        };
+        if nesting(&value) > MAX_JSON_NESTING {
+            return Err(ApiError::BadRequest(format!(
+                "the body nests objects and arrays more than {MAX_JSON_NESTING} levels deep"
+            )));
         }
-        serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::BadRequest(format!("the body is not valid JSON: {e}")))
+        Ok(value)
     }
 
     pub fn query_spec(&self) -> ApiResult<PreparedQuery> {
@@ -165,4 +173,30 @@ impl IntoResponse for CosmosResponse {
         }
         response
     }
+}
+
+/// The deepest nesting of objects and arrays a request body may have: what serde_json's
+/// text reader accepts (it stops at 128), which is how the data log reads everything
+/// back. Binary JSON's decoder would take 256, so the limit is checked after decoding,
+/// whatever the encoding.
+pub const MAX_JSON_NESTING: usize = 127;
+
+/// Levels of objects and arrays in `value` (a scalar is 0), without recursion.
+fn nesting(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 1)];
+    while let Some((value, level)) = pending.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(level);
+                pending.extend(items.iter().map(|child| (child, level + 1)));
+            }
+            Value::Object(fields) => {
+                deepest = deepest.max(level);
+                pending.extend(fields.values().map(|child| (child, level + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
 }

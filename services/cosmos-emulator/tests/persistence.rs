@@ -170,3 +170,78 @@ async fn data_survives_kill_9_and_a_torn_last_record() {
         .expect("json");
     assert_ne!(other["_rid"].as_str(), Some(rid.as_str()));
 }
+
+/// `{"id", "ownerId", "n": [[…]]}` nested `depth` levels in all (the object is one).
+fn nested_document(id: &str, depth: usize) -> Value {
+    let mut n = json!(id);
+    for _ in 0..depth.saturating_sub(1) {
+        n = json!([n]);
+    }
+    json!({"id": id, "ownerId": "o1", "n": n})
+}
+
+fn nesting_of(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting_of).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(nesting_of).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[tokio::test]
+async fn the_most_deeply_nested_document_accepted_reads_back_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The SDK sends binary JSON, whose decoder would take 256 levels; the emulator keeps
+    // to what its text reader (serde_json) reads back.
+    let deepest = cosmos_emulator::MAX_JSON_NESTING;
+    let (first, last) = (
+        nested_document("deep-1", deepest),
+        nested_document("deep-2", deepest),
+    );
+    assert_eq!(nesting_of(&first), deepest);
+    {
+        let mut process = start(dir.path());
+        let client = client_for(&process.endpoint, PUBLIC_EMULATOR_KEY, None).await;
+        client.create_database("db", None).await.expect("db");
+        let db = client.database_client("db");
+        db.create_container(ContainerProperties::new("items", "/ownerId".into()), None)
+            .await
+            .expect("container");
+        let container = db.container_client("items", None).await.expect("client");
+        let too_deep = nested_document("too-deep", deepest + 1);
+        let refused = container
+            .upsert_item("o1", "too-deep", &too_deep, None)
+            .await
+            .expect_err("one level more is refused");
+        assert_eq!(u16::from(refused.status().status_code()), 400, "{refused}");
+        // One in the middle of the log and one as its last line.
+        for (id, doc) in [
+            ("deep-1", &first),
+            ("plain", &json!({"id": "plain", "ownerId": "o1"})),
+            ("deep-2", &last),
+        ] {
+            container
+                .upsert_item("o1", id, doc, None)
+                .await
+                .unwrap_or_else(|e| panic!("{id} is accepted: {e}"));
+        }
+        process.child.kill().expect("kill -9");
+        process.child.wait().expect("reaped");
+    }
+    let process = start(dir.path());
+    let client = client_for(&process.endpoint, PUBLIC_EMULATOR_KEY, None).await;
+    let container = client
+        .database_client("db")
+        .container_client("items", None)
+        .await
+        .expect("container is still there");
+    for (id, written) in [("deep-1", &first), ("deep-2", &last)] {
+        let read: Value = container
+            .read_item("o1", id, None)
+            .await
+            .unwrap_or_else(|e| panic!("{id} survived the restart: {e}"))
+            .into_model()
+            .expect("json");
+        assert_eq!(read["n"], written["n"], "{id}");
+    }
+}

@@ -4,6 +4,11 @@
 //! answered, so a `kill -9` loses nothing acknowledged: the bytes are in the kernel's
 //! page cache. At start the log is replayed (a torn last line from a crash mid-write is
 //! ignored) and then rewritten compactly as a snapshot of the current state.
+//!
+//! The JSON a client sent (documents, database and container resources) is kept in a
+//! record as JSON *text*, not nested inside it: a value at the deepest nesting the request
+//! parser accepts would otherwise sit one level deeper in its record than the same parser
+//! reads back, and an acknowledged write would fail the next start.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -17,6 +22,7 @@ use serde_json::Value;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Record {
     CreateDatabase {
+        #[serde(with = "json_text")]
         resource: Value,
     },
     DeleteDatabase {
@@ -24,6 +30,7 @@ pub enum Record {
     },
     CreateContainer {
         database: String,
+        #[serde(with = "json_text")]
         resource: Value,
         partitions: usize,
     },
@@ -40,6 +47,7 @@ pub enum Record {
     PutDocument {
         database: String,
         container: String,
+        #[serde(with = "json_text")]
         document: Value,
     },
     DeleteDocument {
@@ -154,5 +162,24 @@ impl Wal {
         line.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         file.write_all(&line).map_err(io_err(&self.dir))
+    }
+}
+
+/// A JSON value stored as the text of its JSON, read back with the same parser (and so
+/// the same nesting limit) that accepted it from the client. Logs written before this
+/// stored the value inline; those still read.
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(value: &Value, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(text) => serde_json::from_str(&text).map_err(serde::de::Error::custom),
+            inline => Ok(inline),
+        }
     }
 }
