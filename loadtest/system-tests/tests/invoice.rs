@@ -165,3 +165,42 @@ async fn a_backend_is_unready_until_its_cosmos_container_exists() {
         want.assigned_hours
     ));
 }
+
+/// An owner-month without deliveries is a legitimate zero; a container that is gone
+/// (deleted, or an emulator restarted empty) is an error: the section is null and the
+/// invoice partial, never a silent zero.
+#[tokio::test]
+async fn an_absent_container_is_an_error_and_an_empty_month_a_zero() {
+    let stack = TestStack::start(2).await;
+    let path = stack
+        .invoice_path(knobs("0", true), Telemetries::disabled())
+        .await;
+    let invoice = |month_index: usize| {
+        get(format!(
+            "http://{}/api/invoices?{}",
+            path.gateway.addr,
+            owner_month(1, month_index)
+        ))
+    };
+    // A month before the data starts.
+    let (status, _, body, _) = invoice(DATA.months).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["partial"], false, "{body}");
+    assert_eq!(body["deliveries"]["count"], 0, "{body}");
+    assert_eq!(body["packages"]["count"], 0, "{body}");
+
+    stack.delete(Container::Deliveries).await;
+    for month_index in [0, DATA.months] {
+        let (status, _, body, _) = invoice(month_index).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["partial"], true, "{body}");
+        assert!(body["deliveries"].is_null(), "{body}");
+        assert!(body["packages"]["count"].is_u64(), "{body}");
+        assert!(
+            body["errors"]
+                .as_array()
+                .is_some_and(|errors| errors.iter().any(|e| e["backend"] == "deliveries")),
+            "{body}"
+        );
+    }
+}

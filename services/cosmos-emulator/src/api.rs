@@ -120,11 +120,11 @@ async fn databases(
             Ok(CosmosResponse::no_content())
         }
         (&Method::GET, [db, "colls", coll, "pkranges"]) => {
-            let container = store.container(db, coll)?;
+            let container = store.container(db, coll).map_err(ApiError::of_owner)?;
             controlplane::pkranges(request, &container)
         }
         (_, [db, "colls", coll, "docs", rest @ ..]) => {
-            let container = store.container(db, coll)?;
+            let container = store.container(db, coll).map_err(ApiError::of_owner)?;
             dataplane::handle(state, request, container, rest.first().copied()).await
         }
         _ => Err(not_served(request)),

@@ -16,6 +16,10 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     NotFound(String),
+    /// The database or container a request's resource lives in does not exist:
+    /// 404 with sub-status 1003, which the SDKs tell apart from a missing document.
+    #[error("{0}")]
+    OwnerNotFound(String),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -35,7 +39,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -48,12 +52,23 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Unauthorized(_) => "Unauthorized",
-            ApiError::NotFound(_) => "NotFound",
+            ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => "NotFound",
             ApiError::Conflict(_) => "Conflict",
             ApiError::PreconditionFailed(_) => "PreconditionFailed",
             ApiError::PayloadTooLarge(_) => "RequestEntityTooLarge",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalServerError",
+        }
+    }
+}
+
+impl ApiError {
+    /// `e` when looking up the database or container of a document (or partition key
+    /// range): a missing one is a missing owner.
+    pub fn of_owner(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => Self::OwnerNotFound(m),
+            other => other.into(),
         }
     }
 }
@@ -79,6 +94,9 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), axum::Json(body)).into_response();
         let h = response.headers_mut();
         h.insert(headers::REQUEST_CHARGE, HeaderValue::from_static("0"));
+        if let ApiError::OwnerNotFound(_) = &self {
+            h.insert(headers::SUBSTATUS, HeaderValue::from_static("1003"));
+        }
         if let ApiError::TooManyRequests { retry_after } = &self {
             h.insert(headers::SUBSTATUS, HeaderValue::from_static("3200"));
             let ms = retry_after.as_millis().max(1).to_string();

@@ -158,8 +158,10 @@ async fn summary<S: Summary>(
             .into_model::<S::Body>()
             .map(Json)
             .map_err(|e| BackendError::Cosmos(format!("unexpected summary document: {e}"))),
-        // A month without deliveries has no summary document: zero, not an error.
-        Err(e) if u16::from(e.status().status_code()) == 404 => Ok(Json(S::Body::default())),
+        // A month without deliveries has no summary document: zero, not an error. A
+        // missing container or database is 404 too, but with a sub-status (1003): that
+        // is an error, or the invoice would show a silent zero.
+        Err(e) if e.status().is_not_found() => Ok(Json(S::Body::default())),
         Err(e) => Err(e.into()),
     }
 }
@@ -170,5 +172,5 @@ pub async fn run<S: Summary>(
     state: Arc<SummaryState<S>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    server::serve(listener, build_app(state), shutdown).await
+    server::serve(S::SERVICE.name(), listener, build_app(state), shutdown).await
 }
