@@ -45,6 +45,9 @@ pub const DEFAULT_BACKEND_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// `--max-concurrency` unless set.
 pub const DEFAULT_MAX_CONCURRENCY: u32 = 512;
+/// The most of a backend's answer the gateway reads (its answers are ~100 bytes); a
+/// larger one fails that section rather than the gateway's memory.
+pub const MAX_BACKEND_BODY_BYTES: usize = 1024 * 1024;
 
 fn positive_ms(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
@@ -111,7 +114,11 @@ fn endpoint(base: &url::Url, path: &str) -> url::Url {
 impl AppState {
     pub fn new(args: &GatewayArgs, telemetry: Telemetry) -> Result<Arc<Self>, String> {
         let concurrency = args.max_concurrency as usize;
-        let client = TracedClient::new(telemetry.clone(), concurrency.min(256));
+        let client = TracedClient::new(
+            telemetry.clone(),
+            concurrency.min(256),
+            MAX_BACKEND_BODY_BYTES,
+        );
         let instrumentation = Instrumentation::new(telemetry);
         let metrics = GatewayMetrics::register(&instrumentation.metrics);
         Ok(Arc::new(Self {
@@ -232,7 +239,7 @@ pub async fn run(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    server::serve(listener, build_app(state), shutdown).await
+    server::serve(SERVICE_NAME, listener, build_app(state), shutdown).await
 }
 
 // The binary's command line, here so the Kubernetes contract test can read its env names.

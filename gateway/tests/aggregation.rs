@@ -307,3 +307,51 @@ async fn openapi_describes_the_invoice_route() {
         );
     }
 }
+
+#[tokio::test]
+async fn unknown_methods_fold_into_one_metric_label() {
+    let backend = Backend::start(Duration::ZERO, every_section()).await;
+    let app = gateway(&args(backend.url(), backend.url(), backend.url()));
+    for i in 0..200 {
+        let request = Request::builder()
+            .method(format!("M{i}").as_str())
+            .uri(INVOICE)
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let request = Request::get("/metrics")
+        .body(Body::empty())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    let exposition = String::from_utf8_lossy(&bytes);
+    assert!(
+        !exposition.contains("M17"),
+        "a made-up method is a label value"
+    );
+    let series =
+        r#"http_server_requests_total{method="_OTHER",route="/api/invoices",status="405"}"#;
+    assert_eq!(metric(&app, series).await, 200.0, "{exposition}");
+}
+
+#[tokio::test]
+async fn a_backend_answer_beyond_the_cap_fails_its_section_only() {
+    let huge = Backend::start(
+        Duration::ZERO,
+        json!({"count": 1, "padding": "x".repeat(gateway::MAX_BACKEND_BODY_BYTES)}),
+    )
+    .await;
+    let fine = Backend::start(Duration::ZERO, every_section()).await;
+    let app = gateway(&args(huge.url(), fine.url(), fine.url()));
+    let (status, _, invoice, _) = get(&app, INVOICE).await;
+    assert_eq!(status, 200, "{invoice}");
+    assert_eq!(invoice["partial"], true, "{invoice}");
+    assert!(invoice["deliveries"].is_null(), "{invoice}");
+    assert_eq!(invoice["packages"]["count"], 1, "{invoice}");
+    let detail = invoice["errors"][0]["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("larger than"), "{invoice}");
+}

@@ -1,8 +1,9 @@
 //! Keep-alive HTTP/1.1 connections driven inside the task that sends on them: one per
 //! closed-loop user, or borrowed from a [`ConnectionPool`] by each open-loop request.
 //!
-//! A pooled client such as [`HttpClient`](service_kit::client::HttpClient) runs every
-//! connection as a task of its own: each request crosses a channel to that task and its
+//! A pooled client such as hyper-util's (the gateway's
+//! [`TracedClient`](service_kit::client::TracedClient)) runs every connection as a task
+//! of its own: each request crosses a channel to that task and its
 //! answer crosses back, two task wake-ups per request. Polling the connection beside the
 //! request in the sender's task removes both (wrk's model: one connection per user, one
 //! event loop); `bench/run loadgen` measures the difference.

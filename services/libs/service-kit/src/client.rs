@@ -1,17 +1,17 @@
-//! HTTP clients for hot paths: [`HttpClient`], hyper's pooled client with nothing in
-//! between, and [`TracedClient`], which makes every request a client span carrying the
-//! W3C trace context.
+//! [`TracedClient`]: the gateway's calls to its backends, hyper's pooled client with
+//! nothing in between, each request a client span carrying the W3C trace context.
 //!
-//! The gateway makes three calls per invoice and the load generator one per request;
-//! reqwest's per-request layers (URL parsing and conversion, redirect and decompression
-//! handling, boxed timeouts) cost more than the rest of their work (`bench/run`).
-//! Timeouts are `tokio::time::timeout` around the whole exchange.
+//! The gateway makes three calls per invoice; reqwest's per-request layers (URL parsing
+//! and conversion, redirect and decompression handling, boxed timeouts) cost more than
+//! the rest of its work (`bench/run`). Timeouts are `tokio::time::timeout` around the
+//! whole exchange, and an answer's body is read up to a cap, never whole whatever its
+//! size.
 
 use std::time::Duration;
 
 use axum::http::{Request, Uri};
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -22,8 +22,9 @@ use crate::telemetry::Telemetry;
 
 /// A pooled HTTP/1.1 client for bodiless GETs.
 #[derive(Clone, Debug)]
-pub struct HttpClient {
+struct HttpClient {
     http: Client<HttpConnector, Empty<Bytes>>,
+    max_body_bytes: usize,
 }
 
 /// [`HttpClient`] whose requests are client spans of `telemetry`.
@@ -59,25 +60,21 @@ pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl HttpClient {
-    /// Keep-alive connections (at most `pool_per_host` idle per host, closed after 60 s
-    /// idle) are reused across requests.
-    pub fn new(pool_per_host: usize) -> Self {
+    /// Keep-alive connections (at most `pool_per_host` idle per host) are reused across
+    /// requests, and closed after 20 s idle: before a dronelab server closes them (30 s,
+    /// `lifecycle::http`), so a request never races the server's close.
+    fn new(pool_per_host: usize, max_body_bytes: usize) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(pool_per_host)
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(Duration::from_secs(20))
             .pool_timer(TokioTimer::new())
             .build(connector);
-        Self { http }
-    }
-
-    /// `GET uri`, giving up after `timeout`.
-    pub async fn get(&self, uri: Uri, timeout: Duration) -> CallOutcome {
-        match Request::get(uri).body(Empty::new()) {
-            Ok(request) => self.send(request, timeout).await,
-            Err(e) => CallOutcome::Failed(e.to_string()),
+        Self {
+            http,
+            max_body_bytes,
         }
     }
 
@@ -91,11 +88,16 @@ impl HttpClient {
                 }
             })?;
             let status = response.status().as_u16();
-            let body = response
-                .into_body()
+            let body = Limited::new(response.into_body(), self.max_body_bytes)
                 .collect()
                 .await
-                .map_err(|e| CallOutcome::Failed(describe(&e)))?
+                .map_err(|e| {
+                    CallOutcome::Failed(if e.is::<http_body_util::LengthLimitError>() {
+                        format!("the answer is larger than {} bytes", self.max_body_bytes)
+                    } else {
+                        describe(e.as_ref())
+                    })
+                })?
                 .to_bytes();
             Ok(CallOutcome::Response { status, body })
         };
@@ -107,10 +109,11 @@ impl HttpClient {
 }
 
 impl TracedClient {
-    /// See [`HttpClient::new`].
-    pub fn new(telemetry: Telemetry, pool_per_host: usize) -> Self {
+    /// Keep-alive connections (at most `pool_per_host` idle per host, closed after 20 s
+    /// idle) are reused across requests; a body beyond `max_body_bytes` fails the call.
+    pub fn new(telemetry: Telemetry, pool_per_host: usize, max_body_bytes: usize) -> Self {
         Self {
-            http: HttpClient::new(pool_per_host),
+            http: HttpClient::new(pool_per_host, max_body_bytes),
             telemetry,
         }
     }

@@ -67,17 +67,39 @@ pub fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+/// Every label value comes from a bounded set: a client cannot grow the exposition.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub method: String,
+    /// See [`method_label`].
+    pub method: &'static str,
+    /// The matched route template, or `unmatched`.
     pub route: String,
     pub status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
-    pub method: String,
+    pub method: &'static str,
     pub route: String,
+}
+
+/// The HTTP method as OpenTelemetry's HTTP conventions name it: one of the methods of
+/// RFC 9110 and PATCH, or `_OTHER` for anything else (a method is any token a client
+/// sends; unfolded, 5,000 distinct ones grew `/metrics` to 130 MB).
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => "_OTHER",
+    }
 }
 
 /// `http_server_requests` (by method, route, status), request duration and requests in

@@ -24,7 +24,9 @@ use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::metrics::{HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels};
+use crate::metrics::{
+    method_label, HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels,
+};
 use crate::problem::Problem;
 use crate::telemetry::{Telemetry, REQUEST_SPAN, REQUEST_SPAN_TARGET};
 
@@ -154,7 +156,7 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
     let span = tracing::info_span!(
         target: REQUEST_SPAN_TARGET,
         REQUEST_SPAN,
-        otel.name = format!("{method} {route}"),
+        otel.name = format!("{} {route}", if method == "_OTHER" { "HTTP" } else { method }),
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
@@ -162,12 +164,16 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
         http.route = route,
         http.response.status_code = tracing::field::Empty,
         url.path = request.uri().path(),
+        http.request.method_original = tracing::field::Empty,
         url.scheme = "http",
         server.address = tracing::field::Empty,
         server.port = tracing::field::Empty,
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
     );
+    if method == "_OTHER" {
+        span.record("http.request.method_original", request.method().as_str());
+    }
     let host = request
         .headers()
         .get(header::HOST)
@@ -199,7 +205,7 @@ async fn observe(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -211,7 +217,7 @@ async fn observe(
     let telemetry = &instrumentation.telemetry;
     let dispatch = telemetry.dispatch();
     let span =
-        tracing::dispatcher::with_default(dispatch, || request_span(&request, &method, &route));
+        tracing::dispatcher::with_default(dispatch, || request_span(&request, method, &route));
     let _ = span.set_parent(telemetry.extract(request.headers()));
     let cx = span.context();
     let span_context = cx.span().span_context().clone();
@@ -221,7 +227,7 @@ async fn observe(
     }
     request.extensions_mut().insert(RequestContext(cx));
     let labels = RouteLabels {
-        method: method.clone(),
+        method,
         route: route.clone(),
     };
     let active = instrumentation.http.active.get_or_create_owned(&labels);
@@ -266,15 +272,22 @@ async fn observe(
     response
 }
 
-/// Serves `app` until `shutdown` completes, then drains in-flight requests.
+/// Serves `app` within the connection limits every dronelab server keeps
+/// ([`lifecycle::http`]) until `shutdown` completes, then drains in-flight requests.
 pub async fn serve(
+    name: &'static str,
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    lifecycle::http::serve(
+        name,
+        listener,
+        app,
+        lifecycle::http::ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
 }
 
 pub use lifecycle::shutdown_signal;
@@ -315,7 +328,7 @@ pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
         }
     };
     let code = lifecycle::serve(C::NAME, listen, |listener, shutdown| {
-        serve(listener, app, shutdown)
+        serve(C::NAME, listener, app, shutdown)
     })
     .await;
     telemetry.shutdown();
