@@ -8,12 +8,12 @@ pub mod jaeger;
 pub mod otlp;
 pub mod store;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use axum::serve::ListenerExt as _;
 use dronelab_contract::service::{Service, OTLP_GRPC_PORT, OTLP_HTTP_PORT};
+use lifecycle::http::{serve, ConnectionLimits};
 use tokio::net::TcpListener;
 
 pub use store::{Limits, Store};
@@ -105,8 +105,6 @@ pub struct Urls {
 pub enum ServeError {
     #[error("HTTP server: {0}")]
     Http(#[from] std::io::Error),
-    #[error("gRPC server: {0}")]
-    Grpc(#[from] tonic::transport::Error),
 }
 
 /// Serves the UI/API, the OTLP/HTTP and the OTLP/gRPC receivers until `shutdown`
@@ -124,26 +122,30 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    // Large JSON answers otherwise stall on Nagle's algorithm against delayed ACKs.
-    let nodelay = |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    };
-    let ui = axum::serve(listeners.ui.tap_io(nodelay), api::router(store.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let otlp_http = axum::serve(
-        listeners.otlp_http.tap_io(nodelay),
+    let limits = ConnectionLimits::default();
+    let ui = serve(
+        NAME,
+        listeners.ui,
+        api::router(store.clone()),
+        limits,
+        stopped(stop_rx.clone()),
+    );
+    let otlp_http = serve(
+        NAME,
+        listeners.otlp_http,
         otlp::http_router(store.clone()),
-    )
-    .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let otlp_grpc = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(otlp::grpc_service(store))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listeners.otlp_grpc),
-            stopped(stop_rx),
-        );
-    let (ui, otlp_http, otlp_grpc) =
-        tokio::join!(ui.into_future(), otlp_http.into_future(), otlp_grpc);
+        limits,
+        stopped(stop_rx.clone()),
+    );
+    // gRPC is HTTP/2 with prior knowledge: the same server, the same limits.
+    let otlp_grpc = serve(
+        NAME,
+        listeners.otlp_grpc,
+        tonic::service::Routes::new(otlp::grpc_service(store)).into_axum_router(),
+        limits,
+        stopped(stop_rx),
+    );
+    let (ui, otlp_http, otlp_grpc) = tokio::join!(ui, otlp_http, otlp_grpc);
     ui?;
     otlp_http?;
     otlp_grpc?;

@@ -33,7 +33,12 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, build_app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    lifecycle::http::serve(
+        "cosmos-emulator",
+        listener,
+        build_app(state),
+        lifecycle::http::ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
 }

@@ -135,7 +135,7 @@ pub async fn run(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    server::serve(listener, build_app(state), shutdown).await
+    server::serve(SERVICE_NAME, listener, build_app(state), shutdown).await
 }
 
 // The binary's command line, here so the Kubernetes contract test can read its env names.

@@ -1,0 +1,296 @@
+//! Serving HTTP with the connection limits every dronelab server shares.
+//!
+//! `axum::serve` closes no connection by itself: one that sends nothing, or its headers a
+//! byte at a time, stays open for ever, and enough of them exhaust the process's file
+//! descriptors (then every request fails, and nothing says why). [`serve`] bounds both:
+//!
+//! - **Connections**: at most [`ConnectionLimits::max_connections`] at once (never more
+//!   than half the process's open-file limit, so outgoing connections and files still
+//!   have room). One more is closed as it arrives.
+//! - **Time to send a request's headers**: [`ConnectionLimits::header_read_timeout`],
+//!   counted from when the connection starts waiting for a request. A slow sender
+//!   (slowloris) and an idle keep-alive connection are both closed after it. A
+//!   connection must send its first byte within the same time, which covers HTTP/2's
+//!   preface; an HTTP/2 connection is then pinged at that interval and closed if it
+//!   stops answering.
+//!
+//! Hitting a limit is logged as a warning, at most one line per limit every 10 s with
+//! how many times it was hit since the last line.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// A server's connection limits (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    /// 1024 connections (the local tuning run needs at most a few hundred), 30 s to send
+    /// a request's headers (hyper's own default, which `axum::serve` leaves unset).
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// After a failed `accept` (e.g. no file descriptor left), wait this long: retrying at
+/// once would spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// How long a stopping server waits for requests in flight.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+/// An HTTP/2 connection that does not answer a ping within this is closed.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `app` on `listener` within `limits` until `shutdown` completes, then stops
+/// accepting and lets requests in flight finish (for at most 30 s). `name` names the
+/// server in log lines.
+pub async fn serve(
+    name: &'static str,
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let max_connections = within_open_file_limit(name, limits.max_connections).await;
+    let admission = Arc::new(Semaphore::new(max_connections));
+    let reports = Arc::new(LimitReports::new(name));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(PING_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    reports.accept_failed.hit(&e);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = admission.clone().try_acquire_owned() else {
+            reports
+                .refused
+                .hit(&format_args!("{max_connections} connections open"));
+            continue;
+        };
+        // Answers are small and written at once: don't let Nagle's algorithm hold them.
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(FirstByteDeadline::new(stream, limits.header_read_timeout));
+        let connection = builder
+            .serve_connection(io, TowerToHyperService::new(app.clone()))
+            .into_owned();
+        let connection = graceful.watch(connection);
+        let reports = reports.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                if is_timeout(e.as_ref()) {
+                    reports.timed_out.hit(&format_args!(
+                        "no complete request head within {:?}",
+                        limits.header_read_timeout
+                    ));
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            server = name,
+            "requests still in flight after {DRAIN_LIMIT:?}: closing them"
+        );
+    }
+    Ok(())
+}
+
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout)
+            || e.downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// `wanted`, or half the process's open-file limit if that is lower (the rest is for
+/// the server's own outgoing connections and files).
+async fn within_open_file_limit(name: &'static str, wanted: usize) -> usize {
+    let limit = tokio::task::spawn_blocking(|| {
+        procfs::process::Process::myself()
+            .and_then(|me| me.limits())
+            .ok()
+            .and_then(|limits| match limits.max_open_files.soft_limit {
+                procfs::process::LimitValue::Value(n) => usize::try_from(n).ok(),
+                procfs::process::LimitValue::Unlimited => None,
+            })
+    })
+    .await
+    .ok()
+    .flatten();
+    match limit {
+        Some(open_files) if open_files / 2 < wanted => {
+            let capped = (open_files / 2).max(1);
+            tracing::warn!(
+                server = name,
+                "at most {capped} connections at once, not {wanted}: the open-file limit is {open_files} (ulimit -n)"
+            );
+            capped
+        }
+        _ => wanted,
+    }
+}
+
+/// The limits' warnings, each at most once per [`REPORT_EVERY`].
+struct LimitReports {
+    refused: Report,
+    timed_out: Report,
+    accept_failed: Report,
+}
+
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+impl LimitReports {
+    fn new(server: &'static str) -> Self {
+        Self {
+            refused: Report::new(server, "connection limit reached: closed new connections"),
+            timed_out: Report::new(server, "closed slow or idle connections"),
+            accept_failed: Report::new(server, "could not accept connections"),
+        }
+    }
+}
+
+struct Report {
+    server: &'static str,
+    what: &'static str,
+    since_last: AtomicU64,
+    last: Mutex<Option<Instant>>,
+}
+
+impl Report {
+    fn new(server: &'static str, what: &'static str) -> Self {
+        Self {
+            server,
+            what,
+            since_last: AtomicU64::new(0),
+            last: Mutex::new(None),
+        }
+    }
+
+    fn hit(&self, detail: &dyn std::fmt::Display) {
+        self.since_last.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|at| at.elapsed() < REPORT_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let times = self.since_last.swap(0, Ordering::Relaxed);
+        tracing::warn!(server = self.server, times, "{} ({detail})", self.what);
+    }
+}
+
+/// A connection that must send its first byte before a deadline. Until then a read that
+/// would wait past it fails with `TimedOut`; after it, reads and writes pass through.
+struct FirstByteDeadline {
+    stream: TcpStream,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl FirstByteDeadline {
+    fn new(stream: TcpStream, within: Duration) -> Self {
+        Self {
+            stream,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+        }
+    }
+}
+
+impl AsyncRead for FirstByteDeadline {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let read = Pin::new(&mut self.stream).poll_read(cx, buf);
+        match (&read, self.deadline.as_mut()) {
+            (Poll::Pending, Some(deadline)) => {
+                if deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the connection sent nothing",
+                    )));
+                }
+            }
+            (Poll::Ready(_), Some(_)) => self.deadline = None,
+            (_, None) => {}
+        }
+        read
+    }
+}
+
+impl AsyncWrite for FirstByteDeadline {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
