@@ -1,7 +1,7 @@
 //! Measures the trace viewer on this machine: OTLP/gRPC ingest rate, memory per 100k
 //! spans, and Jaeger API query latency over a 1,000-trace store.
 //!
-//! `cargo run --release -p trace-viewer --example bench`
+//! `cargo run --release -p trace-viewer --example viewer-bench`
 //!
 //! The spans look like dronelab's: 13 per trace (a gateway, three backends, their Cosmos
 //! attempts) with the same attributes. The viewer runs in this process on loopback;

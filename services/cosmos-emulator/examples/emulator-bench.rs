@@ -3,7 +3,7 @@
 //! and latency off, plus resident memory per stored document.
 //!
 //! ```text
-//! cargo run --release -p cosmos-emulator --example bench -- --docs 100000 --seconds 10
+//! cargo run --release -p cosmos-emulator --example emulator-bench -- --docs 100000 --seconds 10
 //! ```
 
 use std::sync::Arc;
