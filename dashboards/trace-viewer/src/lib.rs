@@ -123,6 +123,7 @@ pub async fn run(
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let limits = ConnectionLimits::default();
+    let receiver = otlp::Receiver::new(store.clone());
     let ui = serve(
         NAME,
         listeners.ui,
@@ -133,7 +134,7 @@ pub async fn run(
     let otlp_http = serve(
         NAME,
         listeners.otlp_http,
-        otlp::http_router(store.clone()),
+        otlp::http_router(receiver.clone()),
         limits,
         stopped(stop_rx.clone()),
     );
@@ -141,7 +142,7 @@ pub async fn run(
     let otlp_grpc = serve(
         NAME,
         listeners.otlp_grpc,
-        tonic::service::Routes::new(otlp::grpc_service(store)).into_axum_router(),
+        otlp::grpc_router(receiver),
         limits,
         stopped(stop_rx),
     );

@@ -17,7 +17,8 @@ pub type SpanId = [u8; 8];
 pub const MAX_SPANS_PER_TRACE: usize = 10_000;
 /// The interner stops growing here; later strings are stored unshared.
 const MAX_INTERNED: usize = 50_000;
-const MAX_INTERNED_LEN: usize = 128;
+/// Longer strings are not interned (and a scope name is cut to it).
+pub const MAX_INTERNED_LEN: usize = 128;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -154,37 +155,91 @@ impl StoredSpan {
     }
 
     /// Rough heap + inline size, for the byte limit. Interned strings are shared with
-    /// the interner (more than one owner) and counted there, not per span.
+    /// the interner (more than one owner) and not counted per span; the span's process
+    /// is shared by many spans and counted once, by the store's process table.
     fn estimated_bytes(&self) -> usize {
-        let own = |s: &Arc<str>| {
-            if Arc::strong_count(s) == 1 {
-                s.len()
-            } else {
-                0
-            }
-        };
-        let attrs = |a: &[Attr]| {
-            std::mem::size_of_val(a)
-                + a.iter()
-                    .map(|a| {
-                        own(&a.key)
-                            + match &a.value {
-                                Value::Str(s) => own(s),
-                                _ => 0,
-                            }
-                    })
-                    .sum::<usize>()
-        };
         std::mem::size_of::<StoredSpan>()
-            + own(&self.name)
-            + attrs(&self.attributes)
+            + owned_bytes(&self.name)
+            + attrs_bytes(&self.attributes)
             + self
                 .events
                 .iter()
-                .map(|e| std::mem::size_of::<Event>() + own(&e.name) + attrs(&e.attributes))
+                .map(|e| {
+                    std::mem::size_of::<Event>() + owned_bytes(&e.name) + attrs_bytes(&e.attributes)
+                })
                 .sum::<usize>()
             + self.links.len() * std::mem::size_of::<(TraceId, SpanId)>()
-            + self.status_message.as_ref().map_or(0, own)
+            + self.status_message.as_ref().map_or(0, owned_bytes)
+            + self.scope.as_ref().map_or(0, owned_bytes)
+    }
+}
+
+/// The bytes of `s` if nothing else shares it (an interned string is counted once, in
+/// the interner's bound).
+fn owned_bytes(s: &Arc<str>) -> usize {
+    if Arc::strong_count(s) == 1 {
+        s.len()
+    } else {
+        0
+    }
+}
+
+fn attrs_bytes(attrs: &[Attr]) -> usize {
+    std::mem::size_of_val(attrs)
+        + attrs
+            .iter()
+            .map(|a| {
+                owned_bytes(&a.key)
+                    + match &a.value {
+                        Value::Str(s) => owned_bytes(s),
+                        _ => 0,
+                    }
+            })
+            .sum::<usize>()
+}
+
+impl Process {
+    fn estimated_bytes(&self) -> usize {
+        std::mem::size_of::<Process>() + owned_bytes(&self.service) + attrs_bytes(&self.tags)
+    }
+}
+
+/// A [`Process`] as the key of the store's process table: equal when every field is
+/// (floats compared bit for bit, so the table's equality is an equivalence).
+#[derive(Debug, Clone)]
+struct ProcessKey(Arc<Process>);
+
+impl PartialEq for ProcessKey {
+    fn eq(&self, other: &Self) -> bool {
+        let same_value = |a: &Value, b: &Value| match (a, b) {
+            (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits(),
+            (a, b) => a == b,
+        };
+        self.0.service == other.0.service
+            && self.0.tags.len() == other.0.tags.len()
+            && self
+                .0
+                .tags
+                .iter()
+                .zip(&other.0.tags)
+                .all(|(a, b)| a.key == b.key && same_value(&a.value, &b.value))
+    }
+}
+
+impl Eq for ProcessKey {}
+
+impl std::hash::Hash for ProcessKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.service.hash(state);
+        for tag in &self.0.tags {
+            tag.key.hash(state);
+            match &tag.value {
+                Value::Str(s) => s.hash(state),
+                Value::Bool(b) => b.hash(state),
+                Value::Int(i) => i.hash(state),
+                Value::Float(f) => f.to_bits().hash(state),
+            }
+        }
     }
 }
 
@@ -290,6 +345,9 @@ struct Inner {
     /// Per service, span count per (operation, kind): keeps `/api/services` exact as
     /// traces are evicted.
     operations: HashMap<Arc<str>, OperationCounts>,
+    /// Every distinct resource the stored spans came from, once: spans point into it,
+    /// and its bytes (a resource attribute can be megabytes) count once in the limit.
+    processes: HashSet<ProcessKey>,
     stats: StoreStats,
 }
 
@@ -332,10 +390,34 @@ impl Store {
         inner.stats.received_spans += (accepted + rejected) as u64;
         inner.stats.rejected_spans += rejected as u64;
         let mut dropped = 0;
-        for (trace_id, span) in spans {
+        // The spans of one resource share one process: look it up once per run of them.
+        let mut last: Option<(Arc<Process>, Arc<Process>)> = None;
+        let mut refused: Vec<Arc<Process>> = Vec::new();
+        for (trace_id, mut span) in spans {
+            span.process = match &last {
+                Some((decoded, canonical)) if Arc::ptr_eq(decoded, &span.process) => {
+                    canonical.clone()
+                }
+                _ => {
+                    let canonical = inner.canonical(span.process.clone());
+                    last = Some((span.process.clone(), canonical.clone()));
+                    canonical
+                }
+            };
+            let process = span.process.clone();
             if !inner.insert(trace_id, span) {
                 dropped += 1;
+                if !refused.last().is_some_and(|p| Arc::ptr_eq(p, &process)) {
+                    refused.push(process);
+                }
             }
+        }
+        // A process only refused spans pointed to is no one's now.
+        drop(last);
+        refused.sort_by_key(Arc::as_ptr);
+        refused.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        for process in refused {
+            inner.release(process);
         }
         inner.stats.rejected_spans += dropped as u64;
         inner.evict_to(self.limits);
@@ -393,6 +475,29 @@ impl Store {
 }
 
 impl Inner {
+    /// The table's copy of `process`, adding (and counting) it if it is new.
+    fn canonical(&mut self, process: Arc<Process>) -> Arc<Process> {
+        let key = ProcessKey(process);
+        if let Some(existing) = self.processes.get(&key) {
+            return existing.0.clone();
+        }
+        self.stats.bytes += key.0.estimated_bytes();
+        let process = key.0.clone();
+        self.processes.insert(key);
+        process
+    }
+
+    /// Removes `process` from the table (and its bytes from the count) once no stored
+    /// span points to it: the table's entry and the caller's are the only owners left.
+    fn release(&mut self, process: Arc<Process>) {
+        if Arc::strong_count(&process) == 2 {
+            let bytes = process.estimated_bytes();
+            if self.processes.remove(&ProcessKey(process)) {
+                self.stats.bytes -= bytes;
+            }
+        }
+    }
+
     /// Adds one span; false if its trace is already at the per-trace cap.
     fn insert(&mut self, trace_id: TraceId, span: StoredSpan) -> bool {
         let bytes = span.estimated_bytes();
@@ -443,7 +548,14 @@ impl Inner {
             self.stats.spans -= trace.spans.len();
             self.stats.bytes -= trace.bytes;
             self.stats.evicted_traces += 1;
+            let mut processes: Vec<Arc<Process>> = Vec::new();
             for span in &trace.spans {
+                if !processes
+                    .last()
+                    .is_some_and(|p| Arc::ptr_eq(p, &span.process))
+                {
+                    processes.push(span.process.clone());
+                }
                 let service = &span.process.service;
                 let Some(ops) = self.operations.get_mut(service) else {
                     continue;
@@ -458,6 +570,12 @@ impl Inner {
                 if ops.is_empty() {
                     self.operations.remove(service);
                 }
+            }
+            drop(trace);
+            processes.sort_by_key(Arc::as_ptr);
+            processes.dedup_by(|a, b| Arc::ptr_eq(a, b));
+            for process in processes {
+                self.release(process);
             }
         }
     }

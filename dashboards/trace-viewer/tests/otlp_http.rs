@@ -225,3 +225,143 @@ async fn otlp_json_is_accepted_and_bad_bodies_are_refused() {
     );
     assert_eq!(viewer.store.stats().spans, 1);
 }
+
+/// One span whose resource carries an attribute of `bytes` bytes, unique to `n`.
+fn span_with_big_resource(n: u64, bytes: usize) -> ExportTraceServiceRequest {
+    let mut request = request("big", n, 1);
+    let resource = request.resource_spans[0]
+        .resource
+        .as_mut()
+        .expect("resource");
+    resource.attributes.push(KeyValue {
+        key: "blob".into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(format!(
+                "{n}{}",
+                "x".repeat(bytes)
+            ))),
+        }),
+        ..Default::default()
+    });
+    request.resource_spans[0].scope_spans[0].spans.truncate(1);
+    request
+}
+
+#[tokio::test]
+async fn resource_attributes_count_toward_the_byte_limit_once_per_resource() {
+    let limits = Limits {
+        max_spans: 100_000,
+        max_bytes: 8 << 20,
+    };
+    let viewer = start(limits).await;
+    let url = format!("{}/v1/traces", viewer.http);
+    // 40 tiny spans, each from a different 1 MiB resource: 40 MiB under an 8 MiB limit.
+    for n in 0..40 {
+        let body = span_with_big_resource(n, 1 << 20).encode_to_vec();
+        assert_eq!(
+            post(&url, "application/x-protobuf", body).await.status(),
+            200
+        );
+        let stats = viewer.store.stats();
+        assert!(stats.bytes <= limits.max_bytes, "{stats:?}");
+    }
+    let stats = viewer.store.stats();
+    assert!(
+        stats.bytes >= 6 << 20,
+        "the resources are counted: {stats:?}"
+    );
+    assert!(stats.evicted_traces >= 30, "{stats:?}");
+
+    // The same resource in every request is stored, and counted, once.
+    let same = start(limits).await;
+    let url = format!("{}/v1/traces", same.http);
+    for batch in 0..40u64 {
+        let mut body = span_with_big_resource(7, 1 << 20);
+        let span = &mut body.resource_spans[0].scope_spans[0].spans[0];
+        span.trace_id = (u128::from(batch) + 100).to_be_bytes().to_vec();
+        let response = post(&url, "application/x-protobuf", body.encode_to_vec()).await;
+        assert_eq!(response.status(), 200);
+    }
+    let stats = same.store.stats();
+    assert_eq!(stats.traces, 40, "{stats:?}");
+    assert!(stats.bytes < 2 << 20, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_request_that_would_expand_beyond_the_decode_limit_is_refused_before_decoding() {
+    let viewer = start(Limits {
+        max_spans: 1_000,
+        max_bytes: 1 << 20,
+    })
+    .await;
+    let url = format!("{}/v1/traces", viewer.http);
+    // Four million empty spans: 8 MiB on the wire, gigabytes decoded. Written as wire
+    // bytes (field 2, length 0, per span), as encoding them would take long.
+    let length_delimited = |field: u8, inner: &[u8]| {
+        let mut out = vec![field << 3 | 2];
+        let mut n = inner.len();
+        while n >= 0x80 {
+            out.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+        out.extend_from_slice(inner);
+        out
+    };
+    let scope_spans = [0x12u8, 0x00].repeat(4_000_000);
+    let body = length_delimited(1, &length_delimited(2, &scope_spans));
+    assert!(body.len() < 9 << 20);
+    let response = post(&url, "application/x-protobuf", body).await;
+    assert_eq!(response.status().as_u16(), 413);
+    let problem: Value = response.json().await.expect("json");
+    assert!(
+        problem["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("decoded")),
+        "{problem}"
+    );
+    // The same as JSON (`{}` per span).
+    let json = format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}{{}}]}}]}}]}}"#,
+        "{},".repeat(3_000_000)
+    );
+    let response = post(&url, "application/json", json.into_bytes()).await;
+    assert_eq!(response.status().as_u16(), 413);
+    assert_eq!(viewer.store.stats().received_spans, 0);
+}
+
+#[tokio::test]
+async fn gzip_bodies_are_inflated_within_the_request_limit() {
+    use std::io::Write as _;
+    let viewer = start(Limits {
+        max_spans: 1_000,
+        max_bytes: 1 << 20,
+    })
+    .await;
+    let url = format!("{}/v1/traces", viewer.http);
+    let gzip = |bytes: &[u8]| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(bytes).expect("compress");
+        encoder.finish().expect("compressed")
+    };
+    let send = |body: Vec<u8>| {
+        let url = url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/x-protobuf")
+                .header("content-encoding", "gzip")
+                .body(body)
+                .send()
+                .await
+                .expect("answer")
+        }
+    };
+    let response = send(gzip(&request("zipped", 0, 2).encode_to_vec())).await;
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(viewer.store.stats().spans, 10);
+    // 17 MiB of zeros compress to ~17 KiB and inflate past the 16 MiB limit.
+    let bomb = gzip(&vec![0u8; 17 << 20]);
+    assert!(bomb.len() < 100 << 10);
+    assert_eq!(send(bomb).await.status().as_u16(), 413);
+}

@@ -2,9 +2,8 @@
 //! the control plane (account, databases, containers, offers) or the data plane
 //! (documents and queries).
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
@@ -18,21 +17,17 @@ use crate::store::OfferTarget;
 use crate::throughput::charge;
 
 /// Serves every Cosmos REST request; echoes the client's activity id.
-pub async fn dispatch(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let activity_id = headers.get(headers::ACTIVITY_ID).cloned();
-    let logged_method = tracing::enabled!(tracing::Level::DEBUG).then(|| method.clone());
-    let mut response = match handle(&state, method, &uri, headers, body).await {
+pub async fn dispatch(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let activity_id = parts.headers.get(headers::ACTIVITY_ID).cloned();
+    let logged_method = tracing::enabled!(tracing::Level::DEBUG).then(|| parts.method.clone());
+    let path = parts.uri.path().to_owned();
+    let mut response = match handle(&state, parts, body).await {
         Ok(r) => r.into_response(),
         Err(e) => e.into_response(),
     };
     if let Some(method) = logged_method {
-        tracing::debug!(%method, path = uri.path(), status = response.status().as_u16(), "served");
+        tracing::debug!(%method, path, status = response.status().as_u16(), "served");
     }
     if let Some(id) = activity_id {
         response.headers_mut().insert(headers::ACTIVITY_ID, id);
@@ -40,15 +35,21 @@ pub async fn dispatch(
     response
 }
 
+/// Authenticates the request from its headers alone, and only then reads its body
+/// (within the server's body budget): an unsigned caller gets its 401 before a byte of
+/// its body is buffered.
 async fn handle(
     state: &AppState,
-    method: Method,
-    uri: &Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    parts: axum::http::request::Parts,
+    body: axum::body::Body,
 ) -> ApiResult<CosmosResponse> {
-    crate::auth::verify(&state.key, &method, uri.path(), &headers)?;
-    let request = CosmosRequest::new(method, uri, headers, body);
+    crate::auth::verify(&state.key, &parts.method, parts.uri.path(), &parts.headers)?;
+    let body = state
+        .bodies
+        .read(&parts.headers, body)
+        .await
+        .map_err(ApiError::Body)?;
+    let request = CosmosRequest::new(parts.method, &parts.uri, parts.headers, body.bytes);
     let segments: Vec<&str> = request.segments.iter().map(String::as_str).collect();
     match segments.as_slice() {
         [] if request.method == Method::GET => Ok(controlplane::account(&request)),

@@ -26,6 +26,9 @@ pub enum ApiError {
     PreconditionFailed(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body was too large, too slow, or over the server's budget of bodies in flight.
+    #[error("{0}")]
+    Body(lifecycle::http::BodyError),
     #[error("Request rate is large. More Request Units may be needed, so no changes were made. Please retry this request later.")]
     TooManyRequests { retry_after: Duration },
     #[error("{0}")]
@@ -43,6 +46,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Body(e) => e.status(),
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -56,6 +60,10 @@ impl ApiError {
             ApiError::Conflict(_) => "Conflict",
             ApiError::PreconditionFailed(_) => "PreconditionFailed",
             ApiError::PayloadTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::Body(lifecycle::http::BodyError::TooLarge { .. }) => "RequestEntityTooLarge",
+            ApiError::Body(lifecycle::http::BodyError::Busy) => "ServiceUnavailable",
+            ApiError::Body(lifecycle::http::BodyError::TooSlow { .. }) => "RequestTimeout",
+            ApiError::Body(lifecycle::http::BodyError::Failed(_)) => "BadRequest",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalServerError",
         }

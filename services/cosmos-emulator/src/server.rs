@@ -2,7 +2,6 @@
 
 use std::future::Future;
 
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
@@ -10,8 +9,6 @@ use tokio::net::TcpListener;
 use crate::state::AppState;
 use crate::{admin, api};
 
-/// Cosmos accepts documents up to 2 MB; leave room for the request envelope.
-const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub fn build_app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -23,7 +20,6 @@ pub fn build_app(state: AppState) -> Router {
             get(admin::model_settings).post(admin::update_model_settings),
         )
         .fallback(api::dispatch)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 

@@ -1,6 +1,9 @@
 //! The state every handler shares: the store, the account key and the adjustable model.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use lifecycle::http::BodyBudget;
 
 use crate::config::{Config, MasterKey};
 use crate::store::{Store, WalError};
@@ -12,6 +15,9 @@ pub struct AppState {
     pub key: Arc<MasterKey>,
     /// The throughput and latency models, adjustable at run time (`/_emulator/config`).
     pub model: Arc<RwLock<ModelSettings>>,
+    /// Request bodies in flight: 64 MiB in all, 4 MiB each (Cosmos takes documents of
+    /// up to 2 MB; the rest is room for the envelope), each within 30 s.
+    pub bodies: BodyBudget,
 }
 
 /// Throttling on/off and the latency model.
@@ -35,6 +41,7 @@ impl AppState {
                 throttling: config.throttling,
                 latency: config.latency_model(),
             })),
+            bodies: BodyBudget::new(64 << 20, 4 << 20, Duration::from_secs(30)),
         })
     }
 }

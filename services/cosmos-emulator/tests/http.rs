@@ -473,3 +473,28 @@ proptest! {
         })?;
     }
 }
+
+/// An unsigned request is refused from its headers: its body is never waited for (nor
+/// buffered), however large it claims to be.
+#[tokio::test]
+async fn an_unsigned_request_is_refused_before_its_body_is_read() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let emulator = Emulator::start(config(2)).await;
+    let mut stream = tokio::net::TcpStream::connect(emulator.addr)
+        .await
+        .expect("connect");
+    stream
+        .write_all(
+            b"POST /dbs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+              content-length: 3900000\r\n\r\n{\"id\":",
+        )
+        .await
+        .expect("headers and the start of a body");
+    let mut answer = vec![0u8; 1024];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .expect("answered without the rest of the body")
+        .expect("read");
+    let head = String::from_utf8_lossy(&answer[..read]);
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+}

@@ -9,7 +9,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use crate::store::{
-    Attr, Batch, Event, Interner, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId, Value,
+    Attr, Batch, Event, Interner, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId,
+    Value, MAX_INTERNED_LEN,
 };
 
 /// Decodes an export request; spans with malformed or all-zero ids are counted as
@@ -19,11 +20,13 @@ pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> 
     for resource_spans in request.resource_spans {
         let process = process(resource_spans.resource, interner);
         for scope_spans in resource_spans.scope_spans {
+            // A scope's name is an identifier (`dronelab.gateway`): a longer one is cut,
+            // so every name fits the interner's bound and is counted there.
             let scope = scope_spans
                 .scope
                 .map(|s| s.name)
                 .filter(|n| !n.is_empty())
-                .map(|n| interner.intern(&n));
+                .map(|n| interner.intern(truncated(&n, MAX_INTERNED_LEN)));
             for span in scope_spans.spans {
                 let (Ok(trace_id), Ok(span_id)) = (
                     TraceId::try_from(span.trace_id.as_slice()),
@@ -42,6 +45,15 @@ pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> 
         }
     }
     batch
+}
+
+/// `text`'s first `max` bytes, cut at a character boundary.
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The resource that sent the spans: its `service.name` and its other attributes.

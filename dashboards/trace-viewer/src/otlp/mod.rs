@@ -1,26 +1,36 @@
-//! The OTLP trace receivers: gRPC (`TraceService/Export`) and HTTP (`POST /v1/traces`,
-//! protobuf or JSON, optionally gzip-compressed), both feeding the [`Store`].
+//! The OTLP trace receivers: gRPC (`TraceService/Export`, unary, identity or gzip) and
+//! HTTP (`POST /v1/traces`, protobuf or JSON, optionally gzip-compressed), both feeding
+//! the [`Store`].
+//!
+//! Both are plain axum routes over the same steps, so one set of limits holds for both:
+//! the body is read within the server's [`BodyBudget`] (bytes in flight, size, time),
+//! inflated up to [`MAX_REQUEST_BYTES`], its decoded size estimated before it is decoded
+//! ([`wire`]), and decoded only within the budget of decoded bytes in flight.
 
+use std::convert::Infallible;
+use std::io::Read as _;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use lifecycle::http::BodyBudget;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message as _;
-use tower_http::decompression::RequestDecompressionLayer;
+use tokio::sync::Semaphore;
 
 use crate::store::{Ingested, Store};
 
 mod convert;
+pub mod wire;
 
 /// Decodes an export request and stores its spans.
 pub fn ingest(store: &Store, request: ExportTraceServiceRequest) -> Ingested {
@@ -30,6 +40,147 @@ pub fn ingest(store: &Store, request: ExportTraceServiceRequest) -> Ingested {
 
 /// Largest export request accepted, compressed or not (the SDK batches 512 spans).
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+/// Request bodies held at once, over all connections.
+const BODIES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+/// Decoded requests held at once, over all connections.
+const DECODED_IN_FLIGHT: usize = 2 * wire::MAX_DECODED_BYTES;
+/// The whole body of one request must arrive within this.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What both receivers share: the store and the budgets.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    store: Arc<Store>,
+    bodies: BodyBudget,
+    decoded_kib: Arc<Semaphore>,
+}
+
+impl Receiver {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self {
+            store,
+            bodies: BodyBudget::new(BODIES_IN_FLIGHT, MAX_REQUEST_BYTES, BODY_READ_TIMEOUT),
+            decoded_kib: Arc::new(Semaphore::new(DECODED_IN_FLIGHT / 1024)),
+        }
+    }
+
+    /// Reads, inflates, estimates and decodes one request, then stores its spans.
+    async fn export(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        gzip: bool,
+        encoding: Encoding,
+    ) -> Result<Ingested, Refusal> {
+        let body = self
+            .bodies
+            .read(headers, body)
+            .await
+            .map_err(|e| Refusal::new(e.status(), e.to_string()))?;
+        let bytes = match encoding {
+            Encoding::Grpc => match grpc_message(&body.bytes)? {
+                (true, message) if gzip => inflate(&message)?,
+                (true, _) => {
+                    return Err(Refusal::new(
+                        StatusCode::BAD_REQUEST,
+                        "a compressed gRPC frame needs grpc-encoding: gzip",
+                    ))
+                }
+                (false, message) => message,
+            },
+            Encoding::Protobuf | Encoding::Json if gzip => inflate(&body.bytes)?,
+            Encoding::Protobuf | Encoding::Json => body.bytes.clone(),
+        };
+        let estimate = match encoding {
+            Encoding::Json => wire::json_decoded_bytes(&bytes),
+            Encoding::Protobuf | Encoding::Grpc => wire::protobuf_decoded_bytes(&bytes),
+        };
+        if estimate > wire::MAX_DECODED_BYTES {
+            return Err(Refusal::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request would take about {} MiB decoded, more than {} MiB: send smaller batches",
+                    estimate >> 20,
+                    wire::MAX_DECODED_BYTES >> 20
+                ),
+            ));
+        }
+        let kib = u32::try_from(estimate.div_ceil(1024)).unwrap_or(u32::MAX);
+        let _decoding = self
+            .decoded_kib
+            .acquire_many(kib)
+            .await
+            .map_err(|_| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+        let request = match encoding {
+            Encoding::Protobuf | Encoding::Grpc => ExportTraceServiceRequest::decode(bytes)
+                .map_err(|e| format!("body is not an OTLP ExportTraceServiceRequest: {e}")),
+            Encoding::Json => serde_json::from_slice::<ExportTraceServiceRequest>(&bytes)
+                .map_err(|e| format!("body is not OTLP/JSON: {e}")),
+        }
+        .map_err(|message| Refusal::new(StatusCode::BAD_REQUEST, message))?;
+        Ok(ingest(&self.store, request))
+    }
+}
+
+/// Why a request was not stored, as an HTTP status and a message.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// The gRPC status code for the same refusal.
+    fn grpc_code(&self) -> u16 {
+        match self.status {
+            StatusCode::PAYLOAD_TOO_LARGE => 8,       // RESOURCE_EXHAUSTED
+            StatusCode::SERVICE_UNAVAILABLE => 14,    // UNAVAILABLE
+            StatusCode::REQUEST_TIMEOUT => 4,         // DEADLINE_EXCEEDED
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => 12, // UNIMPLEMENTED
+            _ => 3,                                   // INVALID_ARGUMENT
+        }
+    }
+}
+
+/// The message of a unary gRPC request (one frame: a compression flag, a length, the
+/// message), and whether it is compressed.
+fn grpc_message(body: &Bytes) -> Result<(bool, Bytes), Refusal> {
+    let invalid = |m: &str| Refusal::new(StatusCode::BAD_REQUEST, m);
+    if body.len() < 5 {
+        return Err(invalid("a gRPC request starts with a 5-byte frame header"));
+    }
+    let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    if body.len() != 5 + length {
+        return Err(invalid("a unary gRPC request is exactly one frame"));
+    }
+    Ok((body[0] == 1, body.slice(5..)))
+}
+
+/// Gunzips `compressed`, refusing more than [`MAX_REQUEST_BYTES`] of output.
+fn inflate(compressed: &[u8]) -> Result<Bytes, Refusal> {
+    let mut inflated = Vec::new();
+    let read = flate2::read::GzDecoder::new(compressed)
+        .take(MAX_REQUEST_BYTES as u64 + 1)
+        .read_to_end(&mut inflated);
+    match read {
+        Ok(n) if n > MAX_REQUEST_BYTES => Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body inflates to more than {MAX_REQUEST_BYTES} bytes"),
+        )),
+        Ok(_) => Ok(Bytes::from(inflated)),
+        Err(e) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not valid gzip: {e}"),
+        )),
+    }
+}
 
 fn response_for(ingested: Ingested) -> ExportTraceServiceResponse {
     ExportTraceServiceResponse {
@@ -40,45 +191,101 @@ fn response_for(ingested: Ingested) -> ExportTraceServiceResponse {
     }
 }
 
-/// The gRPC `TraceService`.
-#[derive(Debug, Clone)]
-pub struct GrpcReceiver {
-    store: Arc<Store>,
+/// The gRPC path of `TraceService/Export`.
+pub const GRPC_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// The OTLP/gRPC receiver.
+pub fn grpc_router(receiver: Receiver) -> Router {
+    Router::new()
+        .route(GRPC_EXPORT_PATH, post(export_grpc))
+        .with_state(receiver)
 }
 
-#[tonic::async_trait]
-impl TraceService for GrpcReceiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let ingested = ingest(&self.store, request.into_inner());
-        Ok(tonic::Response::new(response_for(ingested)))
+async fn export_grpc(State(receiver): State<Receiver>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let gzip = match parts
+        .headers
+        .get("grpc-encoding")
+        .map(HeaderValue::as_bytes)
+    {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(_) => {
+            return grpc_error(&Refusal::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "grpc-encoding must be identity or gzip",
+            ))
+        }
+    };
+    match receiver
+        .export(&parts.headers, body, gzip, Encoding::Grpc)
+        .await
+    {
+        Ok(ingested) => grpc_ok(&response_for(ingested)),
+        Err(refusal) => grpc_error(&refusal),
     }
 }
 
-pub fn grpc_service(store: Arc<Store>) -> TraceServiceServer<GrpcReceiver> {
-    TraceServiceServer::new(GrpcReceiver { store })
-        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-        .max_decoding_message_size(MAX_REQUEST_BYTES)
+/// A gRPC answer: one uncompressed frame, then the trailers saying it succeeded.
+fn grpc_ok(message: &ExportTraceServiceResponse) -> Response {
+    let encoded = message.encode_to_vec();
+    let mut frame = Vec::with_capacity(5 + encoded.len());
+    frame.push(0);
+    frame.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&encoded);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let frames = futures::stream::iter([
+        Ok::<_, Infallible>(Frame::data(Bytes::from(frame))),
+        Ok(Frame::trailers(trailers)),
+    ]);
+    (
+        [(header::CONTENT_TYPE, "application/grpc")],
+        Body::new(StreamBody::new(frames)),
+    )
+        .into_response()
 }
 
-/// `POST /v1/traces`.
-pub fn http_router(store: Arc<Store>) -> Router {
+/// A gRPC error as a trailers-only answer (the status in the headers, no body).
+fn grpc_error(refusal: &Refusal) -> Response {
+    let mut response = [(header::CONTENT_TYPE, "application/grpc")].into_response();
+    let headers = response.headers_mut();
+    headers.insert("grpc-status", HeaderValue::from(refusal.grpc_code()));
+    let message: String = refusal
+        .message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if let Ok(value) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// The OTLP/HTTP receiver: `POST /v1/traces`.
+pub fn http_router(receiver: Receiver) -> Router {
     Router::new()
         .route("/v1/traces", post(export_http))
-        .layer(RequestDecompressionLayer::new())
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
-        .with_state(store)
+        .with_state(receiver)
 }
 
+#[derive(Debug, Clone, Copy)]
 enum Encoding {
     Protobuf,
     Json,
+    Grpc,
 }
 
-async fn export_http(State(store): State<Arc<Store>>, headers: HeaderMap, body: Bytes) -> Response {
-    let content_type = headers
+async fn export_http(State(receiver): State<Receiver>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let content_type = parts
+        .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
@@ -99,24 +306,32 @@ async fn export_http(State(store): State<Arc<Store>>, headers: HeaderMap, body: 
             )
         }
     };
-    let request = match encoding {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(body)
-            .map_err(|e| format!("body is not an OTLP ExportTraceServiceRequest: {e}")),
-        Encoding::Json => serde_json::from_slice::<ExportTraceServiceRequest>(&body)
-            .map_err(|e| format!("body is not OTLP/JSON: {e}")),
+    let gzip = match parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .map(HeaderValue::as_bytes)
+    {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(_) => {
+            return plain_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "content-encoding must be gzip or none".into(),
+            )
+        }
     };
-    let request = match request {
-        Ok(r) => r,
-        Err(message) => return plain_error(StatusCode::BAD_REQUEST, message),
+    let ingested = match receiver.export(&parts.headers, body, gzip, encoding).await {
+        Ok(ingested) => ingested,
+        Err(refusal) => return plain_error(refusal.status, refusal.message),
     };
-    let response = response_for(ingest(&store, request));
+    let response = response_for(ingested);
     match encoding {
-        Encoding::Protobuf => (
+        Encoding::Json => axum::Json(response).into_response(),
+        Encoding::Protobuf | Encoding::Grpc => (
             [(header::CONTENT_TYPE, "application/x-protobuf")],
             response.encode_to_vec(),
         )
             .into_response(),
-        Encoding::Json => axum::Json(response).into_response(),
     }
 }
 

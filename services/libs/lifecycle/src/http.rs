@@ -294,3 +294,106 @@ impl AsyncWrite for FirstByteDeadline {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+/// The request bodies a server holds at once: at most `total_bytes` over all requests,
+/// each at most `max_body_bytes`, each arriving whole within `read_timeout`. A body is
+/// read only once its bytes are reserved, so a crowd of unfinished bodies cannot grow
+/// the process: the ones beyond the budget wait (and give up after `read_timeout`).
+#[derive(Debug, Clone)]
+pub struct BodyBudget {
+    in_flight_kib: Arc<Semaphore>,
+    max_body_bytes: usize,
+    read_timeout: Duration,
+}
+
+/// Why a body was not read; [`BodyError::status`] is the HTTP status to answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("too many request bodies in flight: try again")]
+    Busy,
+    #[error("the body did not arrive within {within:?}")]
+    TooSlow { within: Duration },
+    #[error("the body could not be read: {0}")]
+    Failed(String),
+}
+
+impl BodyError {
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::Failed(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// A body read within a [`BodyBudget`]: its bytes stay reserved until this is dropped.
+#[derive(Debug)]
+pub struct BudgetedBody {
+    pub bytes: axum::body::Bytes,
+    _reserved: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl BodyBudget {
+    pub fn new(total_bytes: usize, max_body_bytes: usize, read_timeout: Duration) -> Self {
+        let kib = |bytes: usize| bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            in_flight_kib: Arc::new(Semaphore::new(kib(total_bytes.max(max_body_bytes)))),
+            max_body_bytes,
+            read_timeout,
+        }
+    }
+
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// Reads `body` whole. Its `Content-Length` (from `headers`) is reserved first, or
+    /// the largest allowed body when it has none.
+    pub async fn read(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: axum::body::Body,
+    ) -> Result<BudgetedBody, BodyError> {
+        let declared = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        let limit = self.max_body_bytes;
+        if declared.is_some_and(|n| n > limit) {
+            return Err(BodyError::TooLarge { limit });
+        }
+        let reserve = declared.unwrap_or(limit).div_ceil(1024).max(1);
+        let within = self.read_timeout;
+        let deadline = tokio::time::Instant::now() + within;
+        let reserved = tokio::time::timeout_at(
+            deadline,
+            self.in_flight_kib
+                .clone()
+                .acquire_many_owned(u32::try_from(reserve).unwrap_or(u32::MAX)),
+        )
+        .await
+        .map_err(|_| BodyError::Busy)?
+        .map_err(|_| BodyError::Busy)?;
+        let bytes = tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit))
+            .await
+            .map_err(|_| BodyError::TooSlow { within })?
+            .map_err(|e| {
+                if std::error::Error::source(&e)
+                    .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                {
+                    BodyError::TooLarge { limit }
+                } else {
+                    BodyError::Failed(e.to_string())
+                }
+            })?;
+        Ok(BudgetedBody {
+            bytes,
+            _reserved: reserved,
+        })
+    }
+}

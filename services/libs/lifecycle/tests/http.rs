@@ -149,3 +149,93 @@ fn silent_slow_and_excess_connections_are_closed_and_logged() {
     assert!(logs.contains("connection limit reached"), "{logs}");
     assert!(logs.contains("closed slow or idle connections"), "{logs}");
 }
+
+mod body_budget {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::{HeaderMap, HeaderValue};
+    use lifecycle::http::{BodyBudget, BodyError};
+
+    fn declaring(length: usize) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", HeaderValue::from(length));
+        headers
+    }
+
+    /// A body that sends `first` and then nothing more.
+    fn stalled(first: &'static [u8]) -> Body {
+        let chunks = futures::stream::iter([Ok::<_, std::io::Error>(first)])
+            .chain(futures::stream::pending());
+        Body::from_stream(chunks)
+    }
+
+    use futures::StreamExt as _;
+
+    #[tokio::test]
+    async fn bodies_are_read_within_their_size_time_and_the_bytes_in_flight() {
+        let budget = BodyBudget::new(64 * 1024, 32 * 1024, Duration::from_millis(300));
+        let read = budget
+            .read(&declaring(5), Body::from("hello"))
+            .await
+            .expect("a small body is read");
+        assert_eq!(&read.bytes[..], b"hello");
+
+        // Declared too large: refused before a byte is read.
+        let too_large = budget.read(&declaring(40 * 1024), stalled(b"x")).await;
+        assert!(
+            matches!(too_large, Err(BodyError::TooLarge { limit: 32768 })),
+            "{too_large:?}"
+        );
+        // Undeclared and too large: refused once past the limit.
+        let big = Body::from(vec![0u8; 40 * 1024]);
+        let too_large = budget.read(&HeaderMap::new(), big).await;
+        assert!(
+            matches!(too_large, Err(BodyError::TooLarge { .. })),
+            "{too_large:?}"
+        );
+
+        // Two stalled 32 KiB bodies hold the whole 64 KiB budget: a third body waits
+        // for their bytes, which they give back when they time out.
+        drop(read);
+        let started = std::time::Instant::now();
+        let half = declaring(32 * 1024);
+        let first = budget.read(&half, stalled(b"a"));
+        let second = budget.read(&half, stalled(b"b"));
+        let third = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let read = budget.read(&declaring(10), Body::from("0123456789")).await;
+            (read, started.elapsed())
+        };
+        let (first, second, (third, waited)) = tokio::join!(first, second, third);
+        assert!(matches!(first, Err(BodyError::TooSlow { .. })), "{first:?}");
+        assert!(
+            matches!(second, Err(BodyError::TooSlow { .. })),
+            "{second:?}"
+        );
+        assert!(third.is_ok(), "{third:?}");
+        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+
+        // Bodies read but still held (their requests being served) keep their bytes: a
+        // new body is turned away once it has waited its time.
+        let held = [
+            budget
+                .read(&declaring(30 * 1024), Body::from(vec![1u8; 30 * 1024]))
+                .await,
+            budget
+                .read(&declaring(30 * 1024), Body::from(vec![1u8; 30 * 1024]))
+                .await,
+        ];
+        assert!(held.iter().all(Result::is_ok), "{held:?}");
+        let turned_away = budget
+            .read(&declaring(10 * 1024), Body::from(vec![2u8; 10 * 1024]))
+            .await;
+        assert!(
+            matches!(turned_away, Err(BodyError::Busy)),
+            "{turned_away:?}"
+        );
+        drop(held);
+        let again = budget.read(&declaring(10), Body::from("0123456789")).await;
+        assert!(again.is_ok(), "{again:?}");
+    }
+}
