@@ -54,6 +54,25 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// Connects once and closes again: whether anything listens there.
+    pub async fn check_reachable(&self) -> Result<(), String> {
+        let where_ = format!("{}:{}", self.host, self.port);
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("nothing answers at {where_}: {e}")),
+            Err(_) => Err(format!(
+                "nothing answers at {where_}: no connection within {CONNECT_TIMEOUT:?}"
+            )),
+        }
+    }
+}
+
 /// A lazily opened connection to one endpoint, reopened after any failure.
 pub struct UserConnection {
     endpoint: Endpoint,

@@ -22,6 +22,9 @@ pub use crate::record::{
 };
 use crate::shard::Shard;
 
+/// How long a closed-loop user waits after its connection could not be made.
+const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 /// Most latencies `--record-samples` keeps (8 MB); beyond them it keeps none.
 const MAX_SAMPLES: usize = 1_000_000;
 
@@ -157,6 +160,12 @@ impl Target {
         })
     }
 
+    /// Whether anything accepts connections at the target (within 2 s): a run against
+    /// nothing would only count failures.
+    pub async fn check_reachable(&self) -> Result<(), String> {
+        self.endpoint.check_reachable().await
+    }
+
     /// `path?ownerId=…&year=…&month=…` for a random owner-month of the data set.
     fn random_path_and_query(&self) -> Result<Uri, axum::http::uri::InvalidUri> {
         let mut rng = rand::rng();
@@ -183,7 +192,8 @@ fn classify(outcome: CallOutcome) -> Outcome {
         CallOutcome::Response { status, .. } if status >= 500 => Outcome::Http5xx,
         CallOutcome::Response { .. } => Outcome::Http4xx,
         CallOutcome::TimedOut => Outcome::Timeout,
-        CallOutcome::ConnectFailed(_) | CallOutcome::Failed(_) => Outcome::Connection,
+        CallOutcome::ConnectFailed(_) => Outcome::ConnectFailed,
+        CallOutcome::Failed(_) => Outcome::Connection,
     }
 }
 
@@ -414,8 +424,17 @@ impl Driver {
                     // The run ended while this request was in flight.
                     break;
                 }
-                recorder.record(sent, classify(outcome), answered - sent);
+                let outcome = classify(outcome);
+                recorder.record(sent, outcome, answered - sent);
                 sent = answered;
+                if outcome == Outcome::ConnectFailed {
+                    // A target that went away is counted, not hammered in a tight loop.
+                    tokio::time::sleep(
+                        CONNECT_RETRY_PAUSE.min(deadline.saturating_duration_since(sent)),
+                    )
+                    .await;
+                    sent = Instant::now();
+                }
             }
         }
     }
@@ -575,6 +594,33 @@ mod tests {
         assert!(summary.requests > 3, "{summary:?}");
         assert_eq!(summary.successful_requests, summary.requests, "{summary:?}");
         assert_eq!(summary.send_lateness_ms, None);
+    }
+
+    #[tokio::test]
+    async fn a_target_that_refuses_connections_is_counted_not_hammered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let data = DataSet {
+            seed: 1,
+            owners: 1,
+            months: 1,
+            drones_per_owner: 1,
+        };
+        let url = url::Url::parse(&format!("http://{addr}/")).expect("url");
+        let target = Target::new(url, "/", data, Duration::from_secs(1)).expect("target");
+        assert!(target.check_reachable().await.is_err());
+        let profile = Profile::Constant {
+            users: 2,
+            duration_secs: 0.5,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let refused = summary.outcomes.get(&Outcome::ConnectFailed).copied();
+        assert_eq!(refused, Some(summary.requests), "{summary:?}");
+        // Each user pauses 50 ms after a failed connect: about 20 attempts, not 100,000.
+        assert!((2..100).contains(&summary.requests), "{summary:?}");
     }
 
     #[test]

@@ -23,9 +23,27 @@ pub enum Outcome {
     Http4xx,
     Http5xx,
     Timeout,
+    /// The connection failed after it was made (reset, or closed before an answer).
     Connection,
+    /// No connection could be made: refused, unreachable, or none within 2 s.
+    ConnectFailed,
     /// Open loop only: the request could not start (too many in flight).
     Dropped,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Partial => "partial",
+            Self::Http4xx => "http_4xx",
+            Self::Http5xx => "http_5xx",
+            Self::Timeout => "timeout",
+            Self::Connection => "connection",
+            Self::ConnectFailed => "connect_failed",
+            Self::Dropped => "dropped",
+        }
+    }
 }
 
 /// Latency statistics in milliseconds.

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dronelab_contract::Service;
 
-use crate::load::{self, LoadSummary, Profile, RunOptions, Target};
+use crate::load::{self, LoadSummary, Outcome, Profile, RunOptions, Target};
 use crate::shard::Shard;
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -143,6 +143,10 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         Duration::from_secs(args.timeout.max(1)),
     )
     .map_err(|why| format!("--target {why}"))?;
+    target
+        .check_reachable()
+        .await
+        .map_err(|why| format!("--target {}: {why}", args.target))?;
     let options = RunOptions {
         shard: args.shard,
         start_at: args.start_at.map(start_time).transpose()?,
@@ -183,6 +187,17 @@ pub fn print_summary(summary: &LoadSummary, stdout_taken: bool) {
         summary.requests, summary.successful_requests, summary.failed_requests, summary.throughput_rps,
         summary.latency_ms.avg, summary.latency_ms.p50, summary.latency_ms.p90, summary.latency_ms.p95,
         summary.latency_ms.p99, summary.latency_ms.max);
+    let failures: Vec<String> = summary
+        .outcomes
+        .iter()
+        .filter(|(outcome, n)| **outcome != Outcome::Ok && **n > 0)
+        .map(|(outcome, n)| format!("{} {n}", outcome.name()))
+        .collect();
+    let line = if failures.is_empty() {
+        line
+    } else {
+        format!("{line}; failed: {}", failures.join(", "))
+    };
     let line = match &summary.send_lateness_ms {
         Some(late) => format!(
             "{line}; sends late by ms p50 {:.2} p99 {:.2} max {:.1}",

@@ -50,11 +50,17 @@ impl Report {
             "\nThroughput counts successful (complete, 200) invoices. Utilization latency is server side (the utilization service's own histogram, the study's figure); the study's absolute numbers come from a cluster in Azure, ours from the emulator's calibrated model: compare the shape (what each change does), not the values.\n",
         );
         for s in &self.stages {
+            let outcomes = s
+                .outcomes
+                .iter()
+                .map(|(outcome, n)| format!("{} {n}", outcome.name()))
+                .collect::<Vec<_>>()
+                .join(", ");
             let _ = write!(
                 out,
-                "\n## {}\n\n{}\n\n- client latency (end to end): avg {:.0} ms, p50 {:.0}, p90 {:.0}, p95 {:.0}, p99 {:.0}, max {:.0}\n- outcomes: {:?}\n- Cosmos: {} calls, {} throttled, {:.0} RU in total\n",
+                "\n## {}\n\n{}\n\n- client latency (end to end): avg {:.0} ms, p50 {:.0}, p90 {:.0}, p95 {:.0}, p99 {:.0}, max {:.0}\n- outcomes: {}\n- Cosmos: {} calls, {} throttled, {:.0} RU in total\n",
                 s.name, s.description, s.latency_ms.avg, s.latency_ms.p50, s.latency_ms.p90, s.latency_ms.p95,
-                s.latency_ms.p99, s.latency_ms.max, s.outcomes, s.cosmos.requests, s.cosmos.throttled_requests,
+                s.latency_ms.p99, s.latency_ms.max, outcomes, s.cosmos.requests, s.cosmos.throttled_requests,
                 s.cosmos.ru_total
             );
             out.push_str(&s.resources_markdown());
