@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use cosmos_kit::SecretString;
+
 /// The emulator's counters for one container.
 #[derive(Debug, Clone, Default)]
 pub struct EmulatorSnapshot {
@@ -16,24 +18,26 @@ pub struct EmulatorSnapshot {
     pub ru_last_second: Vec<f64>,
 }
 
-/// The admin routes of an emulator at a Cosmos endpoint.
+/// The admin routes of an emulator at a Cosmos endpoint; the ones that change it need
+/// the account's master key.
 #[derive(Debug, Clone)]
 pub struct EmulatorAdmin {
     http: reqwest::Client,
     base: url::Url,
+    key: SecretString,
 }
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl EmulatorAdmin {
-    pub fn new(http: reqwest::Client, base: url::Url) -> Self {
-        Self { http, base }
+    pub fn new(http: reqwest::Client, base: url::Url, key: SecretString) -> Self {
+        Self { http, base, key }
     }
 
     /// The emulator behind `endpoint`, or `None` when it is another Cosmos DB (Azure).
-    pub async fn detect(http: reqwest::Client, endpoint: &str) -> Option<Self> {
+    pub async fn detect(http: reqwest::Client, endpoint: &str, key: SecretString) -> Option<Self> {
         let base = url::Url::parse(endpoint).ok()?;
-        let admin = Self::new(http, base);
+        let admin = Self::new(http, base, key);
         admin.stats().await.map(|_| admin)
     }
 
@@ -60,6 +64,7 @@ impl EmulatorAdmin {
                 .http
                 .post(url)
                 .timeout(ADMIN_TIMEOUT)
+                .header(cosmos_emulator::ADMIN_KEY_HEADER, self.key.expose())
                 .json(&serde_json::json!({ "latency": on }))
                 .send()
                 .await
@@ -74,7 +79,15 @@ impl EmulatorAdmin {
     /// Zeroes the counters, so a stage's figures are its own.
     pub async fn reset_stats(&self) {
         if let Ok(url) = self.base.join("_emulator/stats/reset") {
-            if let Err(e) = self.http.post(url).timeout(ADMIN_TIMEOUT).send().await {
+            let reset = self
+                .http
+                .post(url)
+                .timeout(ADMIN_TIMEOUT)
+                .header(cosmos_emulator::ADMIN_KEY_HEADER, self.key.expose())
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status);
+            if let Err(e) = reset {
                 tracing::warn!(error = %e, "could not reset the emulator's counters");
             }
         }

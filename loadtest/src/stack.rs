@@ -16,6 +16,7 @@ use dronelab_contract::{QueryKnobs, Service};
 
 use crate::calibration::EmulatorModel;
 use crate::emulator::EmulatorAdmin;
+use cosmos_kit::SecretString;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StackError {
@@ -124,9 +125,13 @@ impl Stack {
         crate::emulator::seed(Some(&self.emulator_admin()), &args).await
     }
 
-    /// The emulator's admin routes.
+    /// The emulator's admin routes (the stack's emulator has the public emulator key).
     pub fn emulator_admin(&self) -> EmulatorAdmin {
-        EmulatorAdmin::new(reqwest::Client::new(), self.emulator.url.clone())
+        EmulatorAdmin::new(
+            reqwest::Client::new(),
+            self.emulator.url.clone(),
+            SecretString::public_emulator_key(),
+        )
     }
 
     /// Starts the backends and the gateway against the emulator.

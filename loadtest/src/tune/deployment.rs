@@ -102,7 +102,9 @@ impl Deployment {
         http: &reqwest::Client,
     ) -> Result<Self, TuneError> {
         let seed = args.seed.clone();
-        let emulator = EmulatorAdmin::detect(http.clone(), &seed.cosmos.endpoint).await;
+        let emulator =
+            EmulatorAdmin::detect(http.clone(), &seed.cosmos.endpoint, seed.cosmos.key.clone())
+                .await;
         match &emulator {
             Some(e) => eprintln!(
                 "Cosmos DB at {} is dronelab's emulator: its counters go into the report",

@@ -141,11 +141,28 @@ pub async fn model_settings(State(state): State<AppState>) -> Json<ModelConfig> 
     Json(describe(&state.model()))
 }
 
+/// The master key in `x-emulator-key`, or 401: these routes change the emulator.
+fn require_admin(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), crate::error::ApiError> {
+    if crate::auth::is_admin(&state.key, headers) {
+        Ok(())
+    } else {
+        Err(crate::error::ApiError::Unauthorized(format!(
+            "this route changes the emulator: send the master key (base64) in '{}'",
+            crate::auth::ADMIN_KEY_HEADER
+        )))
+    }
+}
+
 /// Changes the model at run time (e.g. latency off while seeding); absent fields stay.
 pub async fn update_model_settings(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Json<ModelConfig>, crate::error::ApiError> {
+    require_admin(&state, &headers)?;
     let update: ModelConfig = serde_json::from_slice(&body)
         .map_err(|e| crate::error::ApiError::BadRequest(format!("invalid model settings: {e}")))?;
     let ms = |name: &str, v: f64| {
@@ -190,7 +207,11 @@ pub async fn stats(State(state): State<AppState>) -> Json<Stats> {
     Json(collect(&state))
 }
 
-pub async fn reset_stats(State(state): State<AppState>) -> Json<Stats> {
+pub async fn reset_stats(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<Stats>, crate::error::ApiError> {
+    require_admin(&state, &headers)?;
     for db in state.store.databases() {
         for c in db.containers() {
             for p in &c.partitions {
@@ -198,7 +219,7 @@ pub async fn reset_stats(State(state): State<AppState>) -> Json<Stats> {
             }
         }
     }
-    Json(collect(&state))
+    Ok(Json(collect(&state)))
 }
 
 /// Escapes a Prometheus label value.

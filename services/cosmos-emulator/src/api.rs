@@ -43,7 +43,13 @@ async fn handle(
     parts: axum::http::request::Parts,
     body: axum::body::Body,
 ) -> ApiResult<CosmosResponse> {
-    crate::auth::verify(&state.key, &parts.method, parts.uri.path(), &parts.headers)?;
+    crate::auth::verify(
+        &state.key,
+        state.max_clock_skew,
+        &parts.method,
+        parts.uri.path(),
+        &parts.headers,
+    )?;
     let body = state
         .bodies
         .read(&parts.headers, body)

@@ -71,9 +71,11 @@ fn verb(method: &Method) -> &'static str {
     }
 }
 
-/// Checks the request's signature; `Unauthorized` names what is wrong (never the key).
+/// Checks the request's signature, and that its date is within `max_skew` of now;
+/// `Unauthorized` names what is wrong (never the key).
 pub fn verify(
     key: &MasterKey,
+    max_skew: Option<std::time::Duration>,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -108,6 +110,9 @@ pub fn verify(
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| unauthorized("Required header 'x-ms-date' is missing."))?
         .to_lowercase();
+    if let Some(max_skew) = max_skew {
+        check_date(&date, max_skew)?;
+    }
     let (resource_type, links) = signing_candidates(path);
     for link in &links {
         let payload = format!(
@@ -134,6 +139,70 @@ pub fn verify(
     )))
 }
 
+/// A signature dated too far from now is refused: a captured request cannot be
+/// replayed later (Cosmos DB allows 15 minutes).
+fn check_date(date: &str, max_skew: std::time::Duration) -> Result<(), ApiError> {
+    // The signature covers the date in lower case; HTTP dates are case-sensitive.
+    let canonical: Vec<String> = date
+        .split(' ')
+        .map(|word| {
+            if word.eq_ignore_ascii_case("gmt") {
+                "GMT".to_owned()
+            } else {
+                let mut chars = word.chars();
+                chars.next().map_or(String::new(), |first| {
+                    first.to_ascii_uppercase().to_string() + &chars.as_str().to_ascii_lowercase()
+                })
+            }
+        })
+        .collect();
+    let at = httpdate::parse_http_date(&canonical.join(" ")).map_err(|_| {
+        ApiError::Unauthorized(format!(
+            "x-ms-date '{date}' is not an HTTP date (e.g. 'Tue, 01 Dec 2026 10:00:00 GMT')."
+        ))
+    })?;
+    let now = std::time::SystemTime::now();
+    let skew = now
+        .duration_since(at)
+        .or_else(|e| Ok::<_, ApiError>(e.duration()))?;
+    if skew > max_skew {
+        return Err(ApiError::Unauthorized(format!(
+            "The authorization token is not valid at the current time: x-ms-date is {} s from the emulator's clock, more than {} s (start the emulator with --allow-clock-skew to accept it).",
+            skew.as_secs(),
+            max_skew.as_secs()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `headers` carry the master key in `x-emulator-key` (base64, as configured):
+/// what the admin routes that change the emulator require. Compared in constant time.
+pub fn is_admin(key: &MasterKey, headers: &HeaderMap) -> bool {
+    let Some(given) = headers
+        .get(ADMIN_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            base64::engine::general_purpose::STANDARD
+                .decode(v.trim())
+                .ok()
+        })
+    else {
+        return false;
+    };
+    let expected = key.bytes();
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// The header the admin routes read the master key from. A custom header also makes
+/// every cross-origin call to them need a CORS preflight, which the emulator does not
+/// grant: a web page cannot reach them.
+pub const ADMIN_KEY_HEADER: &str = "x-emulator-key";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +224,30 @@ mod tests {
         assert_eq!(links[0], "abcd");
         let (t, links) = signing_candidates("/dbs");
         assert_eq!((t.as_str(), links[0].as_str()), ("dbs", ""));
+    }
+
+    #[test]
+    fn dates_beyond_the_allowed_skew_are_refused() {
+        let max = std::time::Duration::from_secs(15 * 60);
+        let at = |offset_secs: i64| {
+            let now = std::time::SystemTime::now();
+            let t = if offset_secs >= 0 {
+                now + std::time::Duration::from_secs(offset_secs as u64)
+            } else {
+                now - std::time::Duration::from_secs(offset_secs.unsigned_abs())
+            };
+            httpdate::fmt_http_date(t).to_lowercase()
+        };
+        assert!(check_date(&at(0), max).is_ok());
+        assert!(check_date(&at(-14 * 60), max).is_ok());
+        assert!(check_date(&at(14 * 60), max).is_ok());
+        for far in [-16 * 60, 16 * 60, -86_400] {
+            let refused = check_date(&at(far), max).expect_err("too far");
+            assert!(
+                refused.to_string().contains("--allow-clock-skew"),
+                "{refused}"
+            );
+        }
+        assert!(check_date("yesterday", max).is_err());
     }
 }

@@ -92,9 +92,17 @@ pub struct Config {
     #[arg(long, env = "LISTEN_ADDR", default_value_t = Service::CosmosEmulator.default_listen())]
     pub listen: SocketAddr,
 
-    /// Account master key (base64); requests must be signed with it.
+    /// Account master key (base64); requests must be signed with it, and the admin
+    /// routes that change the emulator need it too. Prefer the environment variable: a
+    /// value on the command line is visible to every user in the process list.
     #[arg(long, env = "COSMOS_EMULATOR_KEY", default_value = PUBLIC_EMULATOR_KEY, hide_default_value = true, hide_env_values = true)]
     pub key: MasterKey,
+
+    /// Accept signed requests whatever their `x-ms-date` (for clock-skew experiments);
+    /// otherwise a date more than 15 minutes from the emulator's clock is refused, as
+    /// Cosmos DB does.
+    #[arg(long, env = "COSMOS_EMULATOR_ALLOW_CLOCK_SKEW")]
+    pub allow_clock_skew: bool,
 
     /// Directory that keeps all data across restarts; in memory when not given.
     #[arg(long, env = "COSMOS_EMULATOR_DATA_DIR")]

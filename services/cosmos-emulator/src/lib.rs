@@ -25,6 +25,7 @@ mod store;
 pub mod throughput;
 
 pub use admin::{ContainerStats, DatabaseStats, ModelConfig, PartitionStatsView, Stats};
+pub use auth::ADMIN_KEY_HEADER;
 pub use config::{Config, PUBLIC_EMULATOR_KEY};
 pub use protocol::MAX_JSON_NESTING;
 pub use serve_main::main;

@@ -9,6 +9,9 @@ use crate::config::{Config, MasterKey};
 use crate::store::{Store, WalError};
 use crate::throughput::LatencyModel;
 
+/// Cosmos DB refuses a signature whose date is further than this from its clock.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
+
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<Store>,
@@ -18,6 +21,8 @@ pub struct AppState {
     /// Request bodies in flight: 64 MiB in all, 4 MiB each (Cosmos takes documents of
     /// up to 2 MB; the rest is room for the envelope), each within 30 s.
     pub bodies: BodyBudget,
+    /// How far a request's `x-ms-date` may be from now (`None`: not checked).
+    pub max_clock_skew: Option<Duration>,
 }
 
 /// Throttling on/off and the latency model.
@@ -42,6 +47,7 @@ impl AppState {
                 latency: config.latency_model(),
             })),
             bodies: BodyBudget::new(64 << 20, 4 << 20, Duration::from_secs(30)),
+            max_clock_skew: (!config.allow_clock_skew).then_some(MAX_CLOCK_SKEW),
         })
     }
 }

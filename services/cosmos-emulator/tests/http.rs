@@ -498,3 +498,88 @@ async fn an_unsigned_request_is_refused_before_its_body_is_read() {
     let head = String::from_utf8_lossy(&answer[..read]);
     assert!(head.starts_with("HTTP/1.1 401"), "{head}");
 }
+
+/// The admin routes that change the emulator need the master key; reading them does not.
+#[tokio::test]
+async fn changing_the_emulator_needs_the_master_key() {
+    let emulator = Emulator::start(config(2)).await;
+    let http = reqwest::Client::new();
+    let config_url = format!("{}_emulator/config", emulator.endpoint());
+    let throttling = |http: reqwest::Client, url: String| async move {
+        let config: Value = http
+            .get(url)
+            .send()
+            .await
+            .expect("config")
+            .json()
+            .await
+            .expect("json");
+        config["throttling"].clone()
+    };
+    let before = throttling(http.clone(), config_url.clone()).await;
+    let off = json!({"throttling": false, "rtt_ms": 60000});
+    for key in [None, Some("bm90IHRoZSBrZXk="), Some("not base64!")] {
+        let mut request = http.post(&config_url).json(&off);
+        if let Some(key) = key {
+            request = request.header(cosmos_emulator::ADMIN_KEY_HEADER, key);
+        }
+        let (status, body) = json_of(request.send().await.expect("answered")).await;
+        assert_eq!(status, 401, "{key:?}: {body}");
+        assert!(body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("x-emulator-key")));
+    }
+    let reset = http
+        .post(format!("{}_emulator/stats/reset", emulator.endpoint()))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(reset.status().as_u16(), 401);
+    assert_eq!(
+        throttling(http.clone(), config_url.clone()).await,
+        before,
+        "unchanged"
+    );
+
+    let changed = http
+        .post(&config_url)
+        .header(cosmos_emulator::ADMIN_KEY_HEADER, KEY)
+        .json(&json!({"throttling": false}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(changed.status().as_u16(), 200);
+    assert_eq!(throttling(http, config_url).await, json!(false));
+}
+
+/// A signature dated beyond 15 minutes from now is refused, as Cosmos DB does, unless
+/// the emulator allows clock skew.
+#[tokio::test]
+async fn a_stale_signature_is_refused_unless_clock_skew_is_allowed() {
+    let stale = httpdate::fmt_http_date(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(20 * 60),
+    );
+    let mut allowing = config(2);
+    allowing.allow_clock_skew = true;
+    for (config, expected) in [(config(2), 401), (allowing, 200)] {
+        let emulator = Emulator::start(config).await;
+        let response = reqwest::Client::new()
+            .get(format!("{}dbs", emulator.endpoint()))
+            .header("x-ms-date", &stale)
+            .header("x-ms-version", "2020-07-15")
+            .header("authorization", authorization("get", "dbs", "", &stale))
+            .send()
+            .await
+            .expect("answered");
+        let (status, body) = json_of(response).await;
+        assert_eq!(status, expected, "{body}");
+        if expected == 401 {
+            assert!(
+                body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("--allow-clock-skew")),
+                "{body}"
+            );
+        }
+    }
+}

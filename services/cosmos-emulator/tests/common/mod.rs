@@ -63,6 +63,7 @@ impl Emulator {
     pub async fn reset_stats(&self) {
         reqwest::Client::new()
             .post(format!("{}_emulator/stats/reset", self.endpoint()))
+            .header(cosmos_emulator::ADMIN_KEY_HEADER, PUBLIC_EMULATOR_KEY)
             .send()
             .await
             .expect("reset")

@@ -25,6 +25,46 @@ impl fmt::Display for InvalidParams {
 
 impl std::error::Error for InvalidParams {}
 
+/// Unknown and repeated parameters, reported without echoing a hostile query back: each
+/// name once, cut to [`Extra::MAX_NAME`] characters, at most [`Extra::MAX_REPORTED`] of
+/// them and then how many more.
+#[derive(Default)]
+struct Extra {
+    reported: Vec<(String, String)>,
+    more: usize,
+}
+
+impl Extra {
+    const MAX_REPORTED: usize = 10;
+    const MAX_NAME: usize = 64;
+
+    fn add(&mut self, name: &str, reason: &str) {
+        let name: String = if name.chars().count() > Self::MAX_NAME {
+            name.chars().take(Self::MAX_NAME).chain(['…']).collect()
+        } else {
+            name.to_owned()
+        };
+        if self.reported.iter().any(|(n, r)| *n == name && r == reason) {
+            return;
+        }
+        if self.reported.len() < Self::MAX_REPORTED {
+            self.reported.push((name, reason.to_owned()));
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn into_list(mut self) -> Vec<(String, String)> {
+        if self.more > 0 {
+            self.reported.push((
+                "(others)".to_owned(),
+                format!("{} more unknown or repeated parameters", self.more),
+            ));
+        }
+        self.reported
+    }
+}
+
 /// A drone-delivery owner id: 1–64 characters of `A-Z a-z 0-9 _ -`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OwnerId(String);
@@ -125,16 +165,15 @@ impl OwnerMonth {
     /// unknown parameters are all rejected with a problem naming each one.
     pub fn from_query(raw: Option<&str>) -> Result<Self, InvalidParams> {
         let mut values: [Option<String>; 3] = [None, None, None];
-        let mut invalid = Vec::new();
+        let mut invalid = Extra::default();
         for (name, value) in url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
             match PARAMETERS.iter().position(|p| *p == name) {
-                Some(i) if values[i].is_some() => {
-                    invalid.push((name.into_owned(), "is given more than once".to_owned()))
-                }
+                Some(i) if values[i].is_some() => invalid.add(&name, "is given more than once"),
                 Some(i) => values[i] = Some(value.into_owned()),
-                None => invalid.push((name.into_owned(), "is not a known parameter".to_owned())),
+                None => invalid.add(&name, "is not a known parameter"),
             }
         }
+        let invalid = invalid.into_list();
         let [owner, year, month] = values;
         let owner = match owner {
             None => Err("is required".to_owned()),
@@ -209,6 +248,33 @@ mod tests {
             OwnerMonth::from_query(Some(&q.to_query())).expect("round trip"),
             q
         );
+    }
+
+    #[test]
+    fn a_flood_of_unknown_parameters_is_reported_briefly() {
+        // 40 KB of parameters: 2,000 long unknown names, each twice.
+        let long = "x".repeat(200);
+        let query: String = (0..2_000)
+            .map(|i| format!("{}{long}=1&{}{long}=1&", i % 1_000, i % 1_000))
+            .collect::<String>()
+            + "ownerId=o1&year=2026&month=3";
+        let invalid = OwnerMonth::from_query(Some(&query))
+            .expect_err("unknown parameters")
+            .0;
+        assert_eq!(invalid.len(), Extra::MAX_REPORTED + 1, "{invalid:?}");
+        assert!(invalid
+            .iter()
+            .all(|(name, _)| name.chars().count() <= Extra::MAX_NAME + 1));
+        assert_eq!(invalid[Extra::MAX_REPORTED].0, "(others)");
+        assert!(
+            invalid
+                .iter()
+                .map(|(n, r)| n.len() + r.len())
+                .sum::<usize>()
+                < 2_000
+        );
+        // The same unknown name twice is reported once.
+        assert_eq!(names("ownerId=o1&year=2026&month=3&a=1&a=2"), ["a"]);
     }
 
     #[test]

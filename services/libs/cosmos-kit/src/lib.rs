@@ -43,6 +43,11 @@ impl SecretString {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// [`PUBLIC_EMULATOR_KEY`], the local stack's key.
+    pub fn public_emulator_key() -> Self {
+        Self(PUBLIC_EMULATOR_KEY.to_owned())
+    }
 }
 
 impl std::fmt::Debug for SecretString {
@@ -73,7 +78,9 @@ pub struct CosmosArgs {
         default_value_t = format!("http://{}", Service::CosmosEmulator.default_listen())
     )]
     pub endpoint: String,
-    /// Cosmos DB master key.
+    /// Cosmos DB master key. Prefer the COSMOS_KEY environment variable (from a
+    /// Kubernetes Secret, say): a value on the command line is visible to every user in
+    /// the process list.
     #[arg(long = "cosmos-key", env = "COSMOS_KEY", default_value = PUBLIC_EMULATOR_KEY,
           hide_default_value = true, hide_env_values = true)]
     pub key: SecretString,
