@@ -4,10 +4,12 @@
 //!
 //! Like the study's original nginx gateway it answers `200` even when a backend fails:
 //! that backend's section is `null`, `partial` is `true` and `errors` says why. Bad input
-//! is a `400` problem+json naming the parameter. Beyond `--max-concurrency` requests in
-//! flight it sheds load with `503` + `Retry-After` instead of queueing without bound.
+//! is a `400` problem+json naming the parameter. Beyond an adaptive limit of requests in
+//! flight (between 64 and `--max-concurrency`, lowered when answers slow down: see
+//! [`limit`]) it sheds load with `503` + `Retry-After` instead of queueing without bound.
 
 mod backend;
+mod limit;
 mod metrics;
 mod openapi;
 
@@ -29,10 +31,10 @@ use service_kit::client::TracedClient;
 use service_kit::server::{self, Instrumentation, Limits, ReadinessCheck, RequestContext};
 use service_kit::{Problem, Telemetry};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::retry::budget::TpsBudget;
 
 pub use backend::{Backend, CallPolicy};
+use limit::AdaptiveLimit;
 use metrics::{GatewayMetrics, InvoiceOutcome};
 
 pub const SERVICE_NAME: &str = Service::Gateway.name();
@@ -73,7 +75,9 @@ pub struct GatewayArgs {
     /// Retries of a backend call on connection failure or 503 (within the retry budget).
     #[arg(long, env = "GATEWAY_MAX_RETRIES", default_value_t = DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
-    /// Invoice requests served at once; more are shed with 503 + Retry-After.
+    /// Most invoice requests served at once; more are shed with 503 + Retry-After. The
+    /// gateway lowers its limit (down to 64, or this if smaller) while its answers slow
+    /// down, so the requests it accepts are answered in bounded time.
     #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = DEFAULT_MAX_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_concurrency: u32,
@@ -100,7 +104,7 @@ pub struct AppState {
     delivery: Backend,
     package: Backend,
     utilization: Backend,
-    in_flight: Arc<Semaphore>,
+    in_flight: Arc<AdaptiveLimit>,
     instrumentation: Instrumentation,
     metrics: GatewayMetrics,
 }
@@ -141,7 +145,7 @@ impl AppState {
                 Section::Utilization,
                 endpoint(&args.utilization_url, routes::UTILIZATION),
             ),
-            in_flight: Arc::new(Semaphore::new(concurrency)),
+            in_flight: AdaptiveLimit::new(limit::FLOOR, concurrency),
             instrumentation,
             metrics,
         }))
@@ -168,12 +172,20 @@ pub fn build_app(state: Arc<AppState>) -> Router {
     )
 }
 
-/// Admits at most `max_concurrency` invoice requests at once; the rest get a fast 503.
+/// Admits invoice requests up to the adaptive limit ([`limit`]); the rest get a fast 503.
 async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    match state.in_flight.clone().try_acquire_owned() {
-        Ok(_permit) => next.run(request).await,
-        Err(_) => {
+    match state.in_flight.try_acquire() {
+        Some(permit) => {
+            let response = next.run(request).await;
+            if response.status().is_success() {
+                permit.answered();
+            }
+            state.metrics.concurrency_limit(state.in_flight.current());
+            response
+        }
+        None => {
             state.metrics.invoice(InvoiceOutcome::Shed);
+            state.metrics.concurrency_limit(state.in_flight.current());
             Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
                 .with_detail("too many invoice requests in flight; retry shortly")
                 .with_retry_after(1)

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use service_kit::metrics::{latency_histogram, MetricsRegistry};
 
@@ -86,6 +87,7 @@ struct CallLabels {
 pub struct GatewayMetrics {
     invoices: Family<OutcomeLabels, Counter>,
     backend_calls: Family<CallLabels, Histogram>,
+    concurrency_limit: Gauge,
 }
 
 impl GatewayMetrics {
@@ -93,7 +95,13 @@ impl GatewayMetrics {
         let metrics = Self {
             invoices: Family::default(),
             backend_calls: Family::new_with_constructor(latency_histogram),
+            concurrency_limit: Gauge::default(),
         };
+        registry.register(
+            "gateway_concurrency_limit",
+            "Invoice requests the gateway admits at once now (adaptive: lower while answers slow down)",
+            metrics.concurrency_limit.clone(),
+        );
         registry.register(
             "gateway_invoices",
             "Invoice requests by outcome: complete, partial (a section missing), shed (503 when overloaded) or error",
@@ -111,6 +119,11 @@ impl GatewayMetrics {
         self.invoices
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    pub fn concurrency_limit(&self, limit: usize) {
+        self.concurrency_limit
+            .set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 
     pub fn backend_call(&self, backend: &'static str, outcome: CallOutcome, seconds: f64) {
