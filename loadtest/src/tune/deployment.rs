@@ -102,9 +102,12 @@ impl Deployment {
         http: &reqwest::Client,
     ) -> Result<Self, TuneError> {
         let seed = args.seed.clone();
-        let emulator =
-            EmulatorAdmin::detect(http.clone(), &seed.cosmos.endpoint, seed.cosmos.key.clone())
-                .await;
+        let emulator = EmulatorAdmin::detect(
+            http.clone(),
+            &seed.cosmos.endpoint,
+            seed.cosmos.key().clone(),
+        )
+        .await;
         match &emulator {
             Some(e) => eprintln!(
                 "Cosmos DB at {} is dronelab's emulator: its counters go into the report",

@@ -139,6 +139,7 @@ impl TestStack {
         CosmosArgs {
             endpoint: self.emulator.url().to_string(),
             key: PUBLIC_EMULATOR_KEY.parse().expect("key"),
+            key_file: None,
             database: DATABASE.into(),
             max_retries: None,
             max_retry_wait_secs: None,

@@ -49,6 +49,12 @@ impl std::str::FromStr for MasterKey {
     }
 }
 
+/// The master key in the file at `path`.
+fn key_from_file(path: &str) -> Result<MasterKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    text.parse().map_err(|e| format!("{path}: {e}"))
+}
+
 fn non_negative(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     if v.is_finite() && v >= 0.0 {
@@ -93,10 +99,15 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// Account master key (base64); requests must be signed with it, and the admin
-    /// routes that change the emulator need it too. Prefer the environment variable: a
-    /// value on the command line is visible to every user in the process list.
+    /// routes that change the emulator need it too. Prefer the environment variable or
+    /// --key-file: a value on the command line is visible to every user in the process
+    /// list.
     #[arg(long, env = "COSMOS_EMULATOR_KEY", default_value = PUBLIC_EMULATOR_KEY, hide_default_value = true, hide_env_values = true)]
     pub key: MasterKey,
+
+    /// A file holding the master key (base64); wins over --key.
+    #[arg(long, env = "COSMOS_EMULATOR_KEY_FILE", value_parser = key_from_file)]
+    pub key_file: Option<MasterKey>,
 
     /// Accept signed requests whatever their `x-ms-date` (for clock-skew experiments);
     /// otherwise a date more than 15 minutes from the emulator's clock is refused, as
@@ -149,6 +160,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// The master key: from --key-file if given, else --key / COSMOS_EMULATOR_KEY.
+    pub fn master_key(&self) -> &MasterKey {
+        self.key_file.as_ref().unwrap_or(&self.key)
+    }
+
     /// Defaults for tests and embedding: in memory, one partition, throttling on,
     /// latency off, listening on an ephemeral loopback port.
     pub fn for_tests() -> Self {
@@ -179,5 +195,30 @@ impl Config {
             per_ru: ms(self.ms_per_ru),
             jitter: self.jitter,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_file_wins_over_the_key() {
+        let dir = std::env::temp_dir().join(format!("emulator-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("key");
+        std::fs::write(&file, "a2V5IGZyb20gdGhlIGZpbGU=\n").expect("write");
+        let path = file.to_string_lossy().into_owned();
+        let config =
+            Config::try_parse_from(["cosmos-emulator", "--key-file", &path]).expect("parses");
+        assert_eq!(config.master_key().bytes(), b"key from the file");
+        let config = Config::try_parse_from(["cosmos-emulator"]).expect("parses");
+        let public: MasterKey = PUBLIC_EMULATOR_KEY.parse().expect("key");
+        assert_eq!(config.master_key().bytes(), public.bytes());
+        std::fs::write(&file, "not base64!").expect("write");
+        let refused = Config::try_parse_from(["cosmos-emulator", "--key-file", &path]);
+        let error = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("base64"), "{error}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -41,7 +41,7 @@ impl AppState {
         let store = Store::open(config.layout(), config.data_dir.as_deref())?;
         Ok(Self {
             store: Arc::new(store),
-            key: Arc::new(config.key.clone()),
+            key: Arc::new(config.master_key().clone()),
             model: Arc::new(RwLock::new(ModelSettings {
                 throttling: config.throttling,
                 latency: config.latency_model(),

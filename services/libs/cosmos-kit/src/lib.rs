@@ -79,11 +79,15 @@ pub struct CosmosArgs {
     )]
     pub endpoint: String,
     /// Cosmos DB master key. Prefer the COSMOS_KEY environment variable (from a
-    /// Kubernetes Secret, say): a value on the command line is visible to every user in
-    /// the process list.
+    /// Kubernetes Secret, say) or --cosmos-key-file: a value on the command line is
+    /// visible to every user in the process list.
     #[arg(long = "cosmos-key", env = "COSMOS_KEY", default_value = PUBLIC_EMULATOR_KEY,
           hide_default_value = true, hide_env_values = true)]
     pub key: SecretString,
+    /// A file holding the Cosmos DB master key (e.g. a mounted Secret); wins over
+    /// --cosmos-key.
+    #[arg(long = "cosmos-key-file", env = "COSMOS_KEY_FILE", value_parser = key_from_file)]
+    pub key_file: Option<SecretString>,
     /// Database holding the lab's containers.
     #[arg(
         long = "cosmos-database",
@@ -173,7 +177,18 @@ pub enum ConnectError {
     },
 }
 
+/// The key in `path` (surrounding whitespace and a final newline ignored).
+fn key_from_file(path: &str) -> Result<SecretString, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    text.parse().map_err(|e| format!("{path}: the key {e}"))
+}
+
 impl CosmosArgs {
+    /// The master key: from --cosmos-key-file if given, else --cosmos-key / COSMOS_KEY.
+    pub fn key(&self) -> &SecretString {
+        self.key_file.as_ref().unwrap_or(&self.key)
+    }
+
     /// Builds the SDK client (reads the account once).
     pub async fn connect(&self) -> Result<CosmosClient, ConnectError> {
         let endpoint: AccountEndpoint =
@@ -185,7 +200,7 @@ impl CosmosArgs {
                 })?;
         let account = AccountReference::with_authentication_key(
             endpoint,
-            Secret::from(self.key.expose().to_owned()),
+            Secret::from(self.key().expose().to_owned()),
         );
         let mut builder = CosmosClient::builder();
         if self.max_retries.is_some() || self.max_retry_wait_secs.is_some() {
@@ -557,6 +572,29 @@ mod tests {
         assert_eq!(key.expose(), "s3cret");
         assert_eq!(format!("{key:?}"), "<redacted>");
         assert!(" ".parse::<SecretString>().is_err());
+    }
+
+    #[test]
+    fn a_key_file_wins_over_the_key() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cosmos: CosmosArgs,
+        }
+        let dir = std::env::temp_dir().join(format!("cosmos-kit-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("key");
+        std::fs::write(&file, "from-the-file\n").expect("write");
+        let path = file.to_string_lossy().into_owned();
+        let cli = Cli::try_parse_from(["x", "--cosmos-key-file", &path]).expect("parses");
+        assert_eq!(cli.cosmos.key().expose(), "from-the-file");
+        let cli = Cli::try_parse_from(["x"]).expect("parses");
+        assert_eq!(cli.cosmos.key().expose(), PUBLIC_EMULATOR_KEY);
+        let missing = Cli::try_parse_from(["x", "--cosmos-key-file", "/no/such/key"]);
+        let error = missing.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("cannot read /no/such/key"), "{error}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
