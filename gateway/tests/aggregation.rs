@@ -93,9 +93,8 @@ async fn get(app: &Router, path: &str) -> (u16, Option<String>, Value, Option<St
     (status, content_type, body, retry_after)
 }
 
-/// The value of the sample `series` (name and labels as exposed) in the gateway's
-/// `/metrics`, 0 when absent.
-async fn metric(app: &Router, series: &str) -> f64 {
+/// The gateway's `/metrics`.
+async fn exposition(app: &Router) -> String {
     let request = Request::get("/metrics")
         .body(Body::empty())
         .expect("request");
@@ -103,7 +102,14 @@ async fn metric(app: &Router, series: &str) -> f64 {
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .expect("body");
-    String::from_utf8_lossy(&bytes)
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The value of the sample `series` (name and labels as exposed) in the gateway's
+/// `/metrics`, 0 when absent.
+async fn metric(app: &Router, series: &str) -> f64 {
+    exposition(app)
+        .await
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
@@ -321,14 +327,7 @@ async fn unknown_methods_fold_into_one_metric_label() {
         let response = app.clone().oneshot(request).await.expect("infallible");
         assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
     }
-    let request = Request::get("/metrics")
-        .body(Body::empty())
-        .expect("request");
-    let response = app.clone().oneshot(request).await.expect("infallible");
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    let exposition = String::from_utf8_lossy(&bytes);
+    let exposition = exposition(&app).await;
     assert!(
         !exposition.contains("M17"),
         "a made-up method is a label value"

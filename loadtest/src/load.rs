@@ -516,31 +516,41 @@ mod tests {
         assert!((s.throughput_rps - 2.5).abs() < 1e-9);
     }
 
-    #[tokio::test]
-    async fn open_loop_latency_counts_from_the_intended_start() {
-        // A server that answers after 300 ms, one request at a time: later requests of a
-        // 20/s schedule queue behind it, and their latency must include that wait.
+    /// Serves `app` on a loopback port; a target of the invoice route there.
+    async fn serve_target(app: axum::Router) -> Target {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let gate = Arc::new(tokio::sync::Mutex::new(()));
-        let app = axum_stub(gate);
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        let target = Target::new(
-            url::Url::parse(&format!("http://{addr}/")).expect("url"),
+        target_at(addr)
+    }
+
+    fn target_at(addr: std::net::SocketAddr) -> Target {
+        let data = DataSet {
+            seed: 1,
+            owners: 10,
+            months: 2,
+            drones_per_owner: 1,
+        };
+        let url = url::Url::parse(&format!("http://{addr}/")).expect("url");
+        Target::new(
+            url,
             dronelab_contract::routes::INVOICES,
-            DataSet {
-                seed: 1,
-                owners: 10,
-                months: 2,
-                drones_per_owner: 1,
-            },
+            data,
             Duration::from_secs(10),
         )
-        .expect("target");
+        .expect("target")
+    }
+
+    #[tokio::test]
+    async fn open_loop_latency_counts_from_the_intended_start() {
+        // A server that answers after 300 ms, one request at a time: later requests of a
+        // 20/s schedule queue behind it, and their latency must include that wait.
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        let target = serve_target(axum_stub(gate)).await;
         let profile = Profile::Arrival {
             rate_per_sec: 20.0,
             duration_secs: 0.5,
@@ -561,31 +571,13 @@ mod tests {
     #[tokio::test]
     async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
         // Every answer closes its connection: each user's next request needs a new one.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let app = axum::Router::new().fallback(|| async {
             (
                 [(axum::http::header::CONNECTION, "close")],
                 "{\"partial\":false}",
             )
         });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let target = Target::new(
-            url::Url::parse(&format!("http://{addr}/")).expect("url"),
-            dronelab_contract::routes::INVOICES,
-            DataSet {
-                seed: 1,
-                owners: 10,
-                months: 2,
-                drones_per_owner: 1,
-            },
-            Duration::from_secs(10),
-        )
-        .expect("target");
+        let target = serve_target(app).await;
         let profile = Profile::Constant {
             users: 3,
             duration_secs: 0.5,
@@ -603,14 +595,7 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         drop(listener);
-        let data = DataSet {
-            seed: 1,
-            owners: 1,
-            months: 1,
-            drones_per_owner: 1,
-        };
-        let url = url::Url::parse(&format!("http://{addr}/")).expect("url");
-        let target = Target::new(url, "/", data, Duration::from_secs(1)).expect("target");
+        let target = target_at(addr);
         assert!(target.check_reachable().await.is_err());
         let profile = Profile::Constant {
             users: 2,
