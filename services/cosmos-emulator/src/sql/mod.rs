@@ -412,6 +412,8 @@ mod tests {
     fn unsupported_and_malformed_queries_are_rejected_with_a_reason() {
         for (query, needle) in [
             ("SELECT * FROM c ORDER BY c.id", "ORDER BY"),
+            ("SELECT c.g FROM c GROUP BY c.g", "GROUP BY"),
+            ("SELECT c.id FROM c OFFSET 2 LIMIT 3", "OFFSET/LIMIT"),
             ("SELECT * FROM c JOIN t IN c.tags", "JOIN"),
             ("SELECT * FROM c WHERE", "expected an expression"),
             ("SELECT * FROM c WHERE x.id = 1", "could not be resolved"),

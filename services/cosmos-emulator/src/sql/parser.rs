@@ -145,8 +145,10 @@ fn is_keyword(token: Option<&Token>, keyword: &str) -> bool {
     matches!(token, Some(Token::Ident(word)) if word.eq_ignore_ascii_case(keyword))
 }
 
-const RESERVED: [&str; 12] = [
+/// Keywords, never identifiers: `FROM c GROUP BY …` must not read `GROUP` as an alias.
+const RESERVED: [&str; 18] = [
     "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "IN", "BETWEEN", "VALUE", "TOP", "AS", "ORDER",
+    "BY", "GROUP", "OFFSET", "LIMIT", "JOIN", "DISTINCT",
 ];
 
 impl Parser {
