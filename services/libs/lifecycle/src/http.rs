@@ -335,7 +335,8 @@ impl BodyError {
 #[derive(Debug)]
 pub struct BudgetedBody {
     pub bytes: axum::body::Bytes,
-    _reserved: tokio::sync::OwnedSemaphorePermit,
+    /// `None` for a request that has no body (a GET): it reserves nothing.
+    _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl BodyBudget {
@@ -352,13 +353,15 @@ impl BodyBudget {
         self.max_body_bytes
     }
 
-    /// Reads `body` whole. Its `Content-Length` (from `headers`) is reserved first, or
-    /// the largest allowed body when it has none.
+    /// Reads `body` whole. Its `Content-Length` (from `headers`), or the size the
+    /// protocol announces, is reserved first, or the largest allowed body when neither
+    /// says; a request without a body reserves nothing.
     pub async fn read(
         &self,
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
     ) -> Result<BudgetedBody, BodyError> {
+        use axum::body::HttpBody as _;
         let declared = headers
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -367,19 +370,30 @@ impl BodyBudget {
         if declared.is_some_and(|n| n > limit) {
             return Err(BodyError::TooLarge { limit });
         }
-        let reserve = declared.unwrap_or(limit).div_ceil(1024).max(1);
+        // HTTP/1.1 without a length, or HTTP/2 whose headers end the stream: no body.
+        let hint = body.size_hint();
+        let expected = declared
+            .or_else(|| hint.exact().and_then(|n| usize::try_from(n).ok()))
+            .or_else(|| hint.upper().and_then(|n| usize::try_from(n).ok()))
+            .unwrap_or(limit)
+            .min(limit);
         let within = self.read_timeout;
         let deadline = tokio::time::Instant::now() + within;
-        let reserved = tokio::time::timeout_at(
-            deadline,
-            self.in_flight_kib
-                .clone()
-                .acquire_many_owned(u32::try_from(reserve).unwrap_or(u32::MAX)),
-        )
-        .await
-        .map_err(|_| BodyError::Busy)?
-        .map_err(|_| BodyError::Busy)?;
-        let bytes = tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit))
+        let reserved = if expected == 0 {
+            None
+        } else {
+            let kib = u32::try_from(expected.div_ceil(1024)).unwrap_or(u32::MAX);
+            let permit = tokio::time::timeout_at(
+                deadline,
+                self.in_flight_kib.clone().acquire_many_owned(kib),
+            )
+            .await
+            .map_err(|_| BodyError::Busy)?
+            .map_err(|_| BodyError::Busy)?;
+            Some(permit)
+        };
+        // No more is read than was reserved.
+        let bytes = tokio::time::timeout_at(deadline, axum::body::to_bytes(body, expected))
             .await
             .map_err(|_| BodyError::TooSlow { within })?
             .map_err(|e| {

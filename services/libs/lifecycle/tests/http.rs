@@ -239,3 +239,29 @@ mod body_budget {
         assert!(again.is_ok(), "{again:?}");
     }
 }
+
+mod bodiless {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::HeaderMap;
+    use lifecycle::http::BodyBudget;
+
+    /// Requests without a body (GETs) reserve nothing: any number of them are served
+    /// while bodies hold the whole budget.
+    #[tokio::test]
+    async fn requests_without_a_body_reserve_nothing() {
+        let budget = BodyBudget::new(32 * 1024, 32 * 1024, Duration::from_millis(200));
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", 32_768.into());
+        let held = budget
+            .read(&headers, Body::from(vec![0u8; 32 * 1024]))
+            .await
+            .expect("the whole budget");
+        for _ in 0..100 {
+            let empty = budget.read(&HeaderMap::new(), Body::empty()).await;
+            assert!(empty.is_ok_and(|b| b.bytes.is_empty()));
+        }
+        drop(held);
+    }
+}
