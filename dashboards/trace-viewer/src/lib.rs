@@ -119,33 +119,19 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    // Every receiver is the same server with the same limits (gRPC is HTTP/2 with prior
+    // knowledge), stopping together.
+    let serve_on = |listener, router| {
+        let mut stop = stop_rx.clone();
+        let stopped = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        serve(NAME, listener, router, ConnectionLimits::default(), stopped)
     };
-    let limits = ConnectionLimits::default();
     let receiver = otlp::Receiver::new(store.clone());
-    let ui = serve(
-        NAME,
-        listeners.ui,
-        api::router(store.clone()),
-        limits,
-        stopped(stop_rx.clone()),
-    );
-    let otlp_http = serve(
-        NAME,
-        listeners.otlp_http,
-        otlp::http_router(receiver.clone()),
-        limits,
-        stopped(stop_rx.clone()),
-    );
-    // gRPC is HTTP/2 with prior knowledge: the same server, the same limits.
-    let otlp_grpc = serve(
-        NAME,
-        listeners.otlp_grpc,
-        otlp::grpc_router(receiver),
-        limits,
-        stopped(stop_rx),
-    );
+    let ui = serve_on(listeners.ui, api::router(store));
+    let otlp_http = serve_on(listeners.otlp_http, otlp::http_router(receiver.clone()));
+    let otlp_grpc = serve_on(listeners.otlp_grpc, otlp::grpc_router(receiver));
     let (ui, otlp_http, otlp_grpc) = tokio::join!(ui, otlp_http, otlp_grpc);
     ui?;
     otlp_http?;

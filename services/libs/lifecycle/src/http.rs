@@ -349,10 +349,6 @@ impl BodyBudget {
         }
     }
 
-    pub fn max_body_bytes(&self) -> usize {
-        self.max_body_bytes
-    }
-
     /// Reads `body` whole. Its `Content-Length` (from `headers`), or the size the
     /// protocol announces, is reserved first, or the largest allowed body when neither
     /// says; a request without a body reserves nothing.
