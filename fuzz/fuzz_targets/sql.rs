@@ -1,9 +1,9 @@
 //! The emulator's SQL: any query text and parameters parse or fail with an error, and a
-//! query that prepares evaluates (filter, projection, aggregate) against documents of
-//! every JSON shape without panicking or overflowing the stack.
+//! query that prepares evaluates (filter, projection, grouping, sort, distinct) against
+//! documents of every JSON shape, and plans, without panicking or overflowing the stack.
 #![no_main]
 
-use cosmos_emulator::sql::{PreparedQuery, QueryParameter, QuerySpec};
+use cosmos_emulator::sql::{parse, plan, PreparedQuery, QueryParameter, QuerySpec};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 
@@ -34,8 +34,10 @@ fuzz_target!(|input: (&str, Vec<(String, String)>)| {
             matching.push(doc);
         }
     }
-    if prepared.query.is_aggregate() {
-        let _ = prepared.aggregate(matching.into_iter());
-    }
+    let _ = prepared.run_all(matching);
     let _ = prepared.equality_constraints();
+    let _ = parse(&plan::rewritten_query(&prepared.query).replace(
+        "{documentdb-formattableorderbyquery-filter}",
+        "true",
+    ));
 });

@@ -66,31 +66,15 @@ pub fn query_resources(
     items: impl Iterator<Item = Value>,
 ) -> ApiResult<CosmosResponse> {
     let query = request.query_spec()?;
-    if query.query.is_aggregate() {
-        let items: Vec<Value> = items.collect();
-        let matching: Vec<&Value> = items
-            .iter()
-            .filter(|v| query.matches(v).unwrap_or(false))
-            .collect();
-        let row = query
-            .aggregate(matching.into_iter())
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        return list(kind, rid, row.into_iter());
-    }
-    let mut rows = Vec::new();
-    for item in items {
-        if query
-            .matches(&item)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        {
-            if let Some(row) = query
-                .project(&item)
-                .map_err(|e| ApiError::BadRequest(e.to_string()))?
-            {
-                rows.push(row);
-            }
+    let bad_request = |e: crate::sql::SqlError| ApiError::BadRequest(e.to_string());
+    let items: Vec<Value> = items.collect();
+    let mut matching = Vec::new();
+    for item in &items {
+        if query.matches(item).map_err(bad_request)? {
+            matching.push(item);
         }
     }
+    let rows = query.run_all(matching).map_err(bad_request)?;
     list(kind, rid, rows.into_iter())
 }
 

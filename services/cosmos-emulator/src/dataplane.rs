@@ -11,7 +11,7 @@ use crate::epk::{parse_epk, LogicalKey};
 use crate::error::{ApiError, ApiResult};
 use crate::headers;
 use crate::protocol::{CosmosRequest, CosmosResponse};
-use crate::sql::{PreparedQuery, Projection, QuerySpec};
+use crate::sql::{plan, PreparedQuery, QuerySpec};
 use crate::state::{AppState, ModelSettings};
 use crate::store::{Container, Partition, Scope};
 use crate::throughput::charge;
@@ -308,14 +308,15 @@ async fn delete(
     .await
 }
 
-/// Where a query resumes: partition index (within the request's partitions), the last
-/// sequence number returned there, and how many rows were returned so far (for `TOP`).
+/// Where a query resumes: partition index (within the request's partitions), the
+/// position there (see [`crate::store::PartitionData::query`]), and how many rows were
+/// returned so far (for `TOP`).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Continuation {
     #[serde(rename = "p")]
     partition: usize,
     #[serde(rename = "s")]
-    after_seq: u64,
+    position: u64,
     #[serde(rename = "n")]
     returned: u64,
 }
@@ -401,10 +402,12 @@ async fn run_query(
     query: PreparedQuery,
 ) -> ApiResult<CosmosResponse> {
     let (partitions, scope) = query_target(request, container)?;
-    if partitions.len() > 1 && query.query.is_aggregate() {
-        return Err(ApiError::BadRequest(
-            "aggregates are answered per physical partition; scope the query to a partition key or a partition key range".into(),
-        ));
+    if partitions.len() > 1 && !query.query.is_streaming() {
+        return Err(ApiError::QueryNeedsPlan(format!(
+            "the query spans {} partitions and needs the SDK's query pipeline ({}): ask for the query plan and run its rewritten query per partition, or pass the partition key",
+            partitions.len(),
+            plan::required_features(&query.query).join(", ")
+        )));
     }
     let page_size = page_size(request)?;
     let resume = Continuation::parse(request.header(headers::CONTINUATION))?;
@@ -418,8 +421,8 @@ async fn run_query(
             None => page_size,
         };
         for (i, p) in partitions.iter().enumerate().skip(resume.partition) {
-            let after = if i == resume.partition {
-                resume.after_seq
+            let position = if i == resume.partition {
+                resume.position
             } else {
                 0
             };
@@ -427,21 +430,21 @@ async fn run_query(
             if remaining == 0 {
                 next = Some(Continuation {
                     partition: i,
-                    after_seq: 0,
+                    position: 0,
                     returned: 0,
                 });
                 break;
             }
             let page = p
                 .read()
-                .query(&query, &scope, after, remaining)
+                .query(&query, &scope, position, remaining)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))?;
             charges[i] = Some(page.charge());
             rows.extend(page.rows);
-            if let Some(last) = page.last_seq {
+            if let Some(position) = page.resume_at {
                 next = Some(Continuation {
                     partition: i,
-                    after_seq: last,
+                    position,
                     returned: 0,
                 });
                 break;
@@ -472,18 +475,16 @@ async fn run_query(
     .await
 }
 
-/// The gateway's query plan: what the SDK must do client-side and which EPK ranges
-/// the query touches (one point range when `WHERE` pins the partition key).
+/// The gateway's query plan: what the SDK must do client-side ([`plan::query_info`])
+/// and which EPK ranges the query touches (one point range when `WHERE` pins the
+/// partition key).
 fn query_plan(request: &CosmosRequest, container: &Container) -> ApiResult<CosmosResponse> {
     let query = request.query_spec()?;
-    if query.query.is_aggregate() && container.partitions.len() > 1 {
-        let pinned = pinned_key(&query, container).is_some();
-        if !pinned {
-            return Err(ApiError::BadRequest(
-                "cross-partition aggregates are not supported by this emulator; pass the partition key".into(),
-            ));
-        }
-    }
+    let query_info = plan::query_info(
+        &query.query,
+        request.header(headers::SUPPORTED_QUERY_FEATURES),
+    )
+    .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let range = match pinned_key(&query, container) {
         Some(key) => {
             let epk = key.epk.to_hex();
@@ -493,21 +494,7 @@ fn query_plan(request: &CosmosRequest, container: &Container) -> ApiResult<Cosmo
     };
     let plan = json!({
         "partitionedQueryExecutionInfoVersion": 2,
-        "queryInfo": {
-            "distinctType": "None",
-            "top": query.query.top,
-            "offset": null,
-            "limit": null,
-            "orderBy": [],
-            "orderByExpressions": [],
-            "groupByExpressions": [],
-            "groupByAliases": [],
-            "aggregates": [],
-            "groupByAliasToAggregateType": {},
-            "rewrittenQuery": "",
-            "hasSelectValue": matches!(query.query.projection, Projection::Value(_)),
-            "hasNonStreamingOrderBy": false
-        },
+        "queryInfo": query_info,
         "queryRanges": [range]
     });
     Ok(CosmosResponse::ok(plan, 0.0))

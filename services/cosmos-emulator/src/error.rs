@@ -20,6 +20,11 @@ pub enum ApiError {
     /// 404 with sub-status 1003, which the SDKs tell apart from a missing document.
     #[error("{0}")]
     OwnerNotFound(String),
+    /// A query that spans partitions and needs the SDK's pipeline (a sort, aggregate,
+    /// DISTINCT, OFFSET/LIMIT): 400 with sub-status 1004, which tells the SDK to ask
+    /// for the query plan and run the rewritten query per partition.
+    #[error("{0}")]
+    QueryNeedsPlan(String),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -40,7 +45,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -54,7 +59,7 @@ impl ApiError {
 
     fn code(&self) -> &'static str {
         match self {
-            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan(_) => "BadRequest",
             ApiError::Unauthorized(_) => "Unauthorized",
             ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => "NotFound",
             ApiError::Conflict(_) => "Conflict",
@@ -104,6 +109,9 @@ impl IntoResponse for ApiError {
         h.insert(headers::REQUEST_CHARGE, HeaderValue::from_static("0"));
         if let ApiError::OwnerNotFound(_) = &self {
             h.insert(headers::SUBSTATUS, HeaderValue::from_static("1003"));
+        }
+        if let ApiError::QueryNeedsPlan(_) = &self {
+            h.insert(headers::SUBSTATUS, HeaderValue::from_static("1004"));
         }
         if let ApiError::TooManyRequests { retry_after } = &self {
             h.insert(headers::SUBSTATUS, HeaderValue::from_static("3200"));

@@ -14,6 +14,8 @@ pub const START_EPK: &str = "x-ms-start-epk";
 pub const END_EPK: &str = "x-ms-end-epk";
 pub const IS_QUERY: &str = "x-ms-documentdb-isquery";
 pub const IS_QUERY_PLAN: &str = "x-ms-cosmos-is-query-plan-request";
+/// Sent with a query-plan request: the query-pipeline features the SDK has.
+pub const SUPPORTED_QUERY_FEATURES: &str = "x-ms-cosmos-supported-query-features";
 pub const IS_UPSERT: &str = "x-ms-documentdb-is-upsert";
 pub const OFFER_THROUGHPUT: &str = "x-ms-offer-throughput";
 pub const AUTOPILOT_SETTINGS: &str = "x-ms-cosmos-offer-autopilot-settings";

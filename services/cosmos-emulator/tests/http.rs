@@ -583,3 +583,130 @@ async fn a_stale_signature_is_refused_unless_clock_skew_is_allowed() {
         }
     }
 }
+
+/// What an SDK's query pipeline sees: a cross-partition sort is refused with sub-status
+/// 1004, the plan says what to merge and rewrites the query, and each partition answers
+/// the rewritten query with sort keys beside each row.
+#[tokio::test]
+async fn a_cross_partition_sort_is_planned_and_each_partition_answers_the_rewritten_query() {
+    let emulator = Emulator::start(config(2)).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    let docs = ("docs", "dbs/db/colls/c");
+    for (id, pk, n) in [
+        ("a", "p1", 3),
+        ("b", "p2", 1),
+        ("c", "p3", 2),
+        ("d", "p4", 5),
+    ] {
+        let body = serde_json::to_vec(&json!({"id": id, "pk": pk, "n": n})).expect("json");
+        let header = format!("[\"{pk}\"]");
+        let response = raw
+            .send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &[("x-ms-documentdb-partitionkey", &header)],
+                Some(body),
+            )
+            .await;
+        assert_eq!(response.status().as_u16(), 201);
+    }
+    let query = serde_json::to_vec(&json!({
+        "query": "SELECT VALUE c.id FROM c WHERE c.n > @min ORDER BY c.n DESC",
+        "parameters": [{"name": "@min", "value": 1}],
+    }))
+    .expect("json");
+    let is_query = [
+        ("x-ms-documentdb-isquery", "True"),
+        ("content-type", "application/query+json"),
+    ];
+
+    let response = raw
+        .send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &is_query,
+            Some(query.clone()),
+        )
+        .await;
+    let substatus = response
+        .headers()
+        .get("x-ms-substatus")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let (status, body) = json_of(response).await;
+    assert_eq!(
+        (status, substatus.as_deref()),
+        (400, Some("1004")),
+        "{body}"
+    );
+
+    let plan_headers = [
+        ("x-ms-cosmos-is-query-plan-request", "True"),
+        (
+            "x-ms-cosmos-supported-query-features",
+            "Aggregate,Distinct,OrderBy,Top",
+        ),
+        ("content-type", "application/query+json"),
+    ];
+    let (status, plan) = json_of(
+        raw.send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &plan_headers,
+            Some(query),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{plan}");
+    let info = &plan["queryInfo"];
+    assert_eq!(info["orderBy"], json!(["Descending"]));
+    assert_eq!(info["orderByExpressions"], json!(["c.n"]));
+    assert_eq!(info["hasSelectValue"], json!(true));
+    assert_eq!(plan["queryRanges"][0]["max"], "FF");
+    let rewritten = info["rewrittenQuery"]
+        .as_str()
+        .expect("a rewritten query")
+        .replace("{documentdb-formattableorderbyquery-filter}", "true");
+
+    let mut rows = Vec::new();
+    for range in ["0", "1"] {
+        let body = serde_json::to_vec(&json!({
+            "query": rewritten,
+            "parameters": [{"name": "@min", "value": 1}],
+        }))
+        .expect("json");
+        let mut headers = is_query.to_vec();
+        headers.push(("x-ms-documentdb-partitionkeyrangeid", range));
+        let (status, page) = json_of(
+            raw.send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &headers,
+                Some(body),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        let documents = page["Documents"].as_array().cloned().unwrap_or_default();
+        let keys: Vec<i64> = documents
+            .iter()
+            .filter_map(|row| row["orderByItems"][0]["item"].as_i64())
+            .collect();
+        assert!(
+            keys.windows(2).all(|w| w[0] >= w[1]),
+            "each partition sorts: {keys:?}"
+        );
+        rows.extend(documents);
+    }
+    rows.sort_by_key(|row| -row["orderByItems"][0]["item"].as_i64().unwrap_or_default());
+    let payloads: Vec<&Value> = rows.iter().map(|row| &row["payload"]).collect();
+    assert_eq!(payloads, [&json!("d"), &json!("a"), &json!("c")]);
+    emulator.stop().await;
+}

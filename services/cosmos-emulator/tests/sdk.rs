@@ -356,6 +356,32 @@ async fn aggregates_and_projections_within_a_partition() {
 }
 
 #[tokio::test]
+async fn a_sorted_query_runs_whole_in_one_partition() {
+    let emulator = Emulator::start(config(3)).await;
+    let client = emulator.client().await;
+    let container = create_container(&client, "db", "items", "/ownerId", 100_000).await;
+    let docs = seed(&container, 4, 3).await;
+    let owner = "o0001";
+    let mut expected: Vec<f64> = docs
+        .iter()
+        .filter(|d| d.owner_id == owner)
+        .map(|d| d.traveled_miles)
+        .collect();
+    expected.sort_by(|a, b| b.total_cmp(a));
+    let sorted = "SELECT VALUE c.traveledMiles FROM c ORDER BY c.traveledMiles DESC";
+    let mut items = container
+        .query_items::<f64>(Query::from(sorted), FeedScope::partition(owner), None)
+        .await
+        .expect("sorted query");
+    let mut miles = Vec::new();
+    while let Some(m) = items.try_next().await.expect("page") {
+        miles.push(m);
+    }
+    assert_eq!(miles, expected);
+    emulator.stop().await;
+}
+
+#[tokio::test]
 async fn replacing_throughput_changes_the_partition_budgets() {
     let emulator = Emulator::start(config(9)).await;
     let client = emulator.client().await;

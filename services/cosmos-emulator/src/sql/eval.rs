@@ -89,6 +89,15 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
             }
             Some(Cow::Owned(Value::Array(values)))
         }
+        Expr::Object(fields) => {
+            let mut object = serde_json::Map::with_capacity(fields.len());
+            for (name, value) in fields {
+                if let Some(value) = eval(value, doc, params)? {
+                    object.insert(name.clone(), value.into_owned());
+                }
+            }
+            Some(Cow::Owned(Value::Object(object)))
+        }
     })
 }
 
@@ -315,7 +324,7 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
 }
 
 /// Cosmos's cross-type order (used by MIN/MAX): null < false/true < numbers < strings.
-fn type_rank(v: &Value) -> u8 {
+pub fn type_rank(v: &Value) -> u8 {
     match v {
         Value::Null => 0,
         Value::Bool(_) => 1,

@@ -11,9 +11,9 @@ pub enum Token {
     Symbol(&'static str),
 }
 
-const SYMBOLS: [&str; 20] = [
+const SYMBOLS: [&str; 21] = [
     "!=", "<>", "<=", ">=", "||", "=", "<", ">", "(", ")", "[", "]", "{", "}", ",", ".", "*", "+",
-    "-", "/",
+    "-", "/", ":",
 ];
 
 /// Longest queries the emulator accepts; real Cosmos caps query text at 256 KB too.
@@ -96,6 +96,25 @@ fn read_string(text: &str, start: usize) -> Result<(String, usize), SqlError> {
                 Some((_, 'n')) => value.push('\n'),
                 Some((_, 't')) => value.push('\t'),
                 Some((_, 'r')) => value.push('\r'),
+                Some((_, 'b')) => value.push('\u{8}'),
+                Some((_, 'f')) => value.push('\u{c}'),
+                Some((offset, 'u')) => {
+                    let at = start + 1 + offset + 1;
+                    let ch = text
+                        .get(at..at + 4)
+                        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                        .and_then(char::from_u32)
+                        .ok_or_else(|| {
+                            SqlError::new(format!(
+                                "invalid \\u escape at offset {} (four hex digits naming a character)",
+                                at - 2
+                            ))
+                        })?;
+                    value.push(ch);
+                    for _ in 0..4 {
+                        chars.next();
+                    }
+                }
                 Some((_, other)) => value.push(other),
                 None => break,
             },

@@ -28,6 +28,88 @@ pub enum Expr {
     Call(Function, Vec<Expr>),
     Aggregate(Aggregate, Box<Expr>),
     Array(Vec<Expr>),
+    /// An object constructor `{name: expr, …}`; undefined values leave their name out.
+    Object(Vec<(String, Expr)>),
+}
+
+impl Expr {
+    /// Calls `visit` on each expression directly inside this one, in source order.
+    pub fn for_each_child<'a>(&'a self, visit: &mut dyn FnMut(&'a Expr)) {
+        match self {
+            Expr::Literal(_) | Expr::Undefined | Expr::Param(_) | Expr::Root => {}
+            Expr::Path(steps) => {
+                for step in steps {
+                    if let PathStep::Index(index) = step {
+                        visit(index);
+                    }
+                }
+            }
+            Expr::Unary(_, inner) | Expr::Aggregate(_, inner) => visit(inner),
+            Expr::Binary(_, left, right) => {
+                visit(left);
+                visit(right);
+            }
+            Expr::Chain(first, rest) => {
+                visit(first);
+                rest.iter().for_each(|(_, operand)| visit(operand));
+            }
+            Expr::In { needle, list, .. } => {
+                visit(needle);
+                list.iter().for_each(&mut *visit);
+            }
+            Expr::Between(a, b, c) => {
+                visit(a);
+                visit(b);
+                visit(c);
+            }
+            Expr::Call(_, items) | Expr::Array(items) => items.iter().for_each(&mut *visit),
+            Expr::Object(fields) => fields.iter().for_each(|(_, value)| visit(value)),
+        }
+    }
+
+    /// [`Expr::for_each_child`] with mutable access, stopping at the first error.
+    pub fn try_for_each_child_mut(
+        &mut self,
+        visit: &mut dyn FnMut(&mut Expr) -> Result<(), SqlError>,
+    ) -> Result<(), SqlError> {
+        match self {
+            Expr::Literal(_) | Expr::Undefined | Expr::Param(_) | Expr::Root => Ok(()),
+            Expr::Path(steps) => steps.iter_mut().try_for_each(|step| match step {
+                PathStep::Index(index) => visit(index),
+                PathStep::Field(_) => Ok(()),
+            }),
+            Expr::Unary(_, inner) | Expr::Aggregate(_, inner) => visit(inner),
+            Expr::Binary(_, left, right) => {
+                visit(left)?;
+                visit(right)
+            }
+            Expr::Chain(first, rest) => {
+                visit(first)?;
+                rest.iter_mut().try_for_each(|(_, operand)| visit(operand))
+            }
+            Expr::In { needle, list, .. } => {
+                visit(needle)?;
+                list.iter_mut().try_for_each(&mut *visit)
+            }
+            Expr::Between(a, b, c) => {
+                visit(a)?;
+                visit(b)?;
+                visit(c)
+            }
+            Expr::Call(_, items) | Expr::Array(items) => items.iter_mut().try_for_each(&mut *visit),
+            Expr::Object(fields) => fields.iter_mut().try_for_each(|(_, value)| visit(value)),
+        }
+    }
+
+    /// True if an aggregate appears anywhere in this expression.
+    pub fn contains_aggregate(&self) -> bool {
+        if let Expr::Aggregate(..) = self {
+            return true;
+        }
+        let mut found = false;
+        self.for_each_child(&mut |child| found = found || child.contains_aggregate());
+        found
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +163,19 @@ pub enum Aggregate {
     Avg,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SortOrder {
+    Ascending,
+    Descending,
+}
+
+/// `OFFSET offset LIMIT limit`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OffsetLimit {
+    pub offset: u64,
+    pub limit: u64,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Projection {
     Star,
@@ -90,22 +185,45 @@ pub enum Projection {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query {
+    pub distinct: bool,
     pub top: Option<u64>,
     pub projection: Projection,
     pub alias: String,
     pub filter: Option<Expr>,
+    pub group_by: Vec<Expr>,
+    pub order_by: Vec<(Expr, SortOrder)>,
+    pub offset_limit: Option<OffsetLimit>,
 }
 
 impl Query {
-    /// True when the projection computes aggregates (the result is one row per partition).
+    /// True when the projection computes aggregates (one row per group, or one in all).
     pub fn is_aggregate(&self) -> bool {
-        match &self.projection {
-            Projection::Star => false,
-            Projection::Value(expr) => matches!(expr, Expr::Aggregate(..)),
-            Projection::Fields(fields) => fields
-                .iter()
-                .any(|(_, expr)| matches!(expr, Expr::Aggregate(..))),
-        }
+        self.projection_exprs().any(Expr::contains_aggregate)
+    }
+
+    /// True when the projection is exactly one aggregate: `SELECT VALUE COUNT(1)`.
+    pub fn is_value_aggregate(&self) -> bool {
+        matches!(self.projection, Projection::Value(Expr::Aggregate(..)))
+    }
+
+    /// The projection's expressions (none for `SELECT *`).
+    pub fn projection_exprs(&self) -> impl Iterator<Item = &Expr> {
+        let (value, fields) = match &self.projection {
+            Projection::Star => (None, &[][..]),
+            Projection::Value(expr) => (Some(expr), &[][..]),
+            Projection::Fields(fields) => (None, fields.as_slice()),
+        };
+        value.into_iter().chain(fields.iter().map(|(_, expr)| expr))
+    }
+
+    /// True when rows can be returned as documents are read, so a page resumes at a
+    /// document: no grouping, aggregate, sort, de-duplication or offset.
+    pub fn is_streaming(&self) -> bool {
+        !self.is_aggregate()
+            && self.group_by.is_empty()
+            && self.order_by.is_empty()
+            && !self.distinct
+            && self.offset_limit.is_none()
     }
 }
 
@@ -116,7 +234,7 @@ pub fn parse(text: &str) -> Result<Query, SqlError> {
     let query = parser.query()?;
     if let Some(token) = parser.peek() {
         return Err(SqlError::new(format!(
-            "unexpected {} after the end of the query (ORDER BY, GROUP BY, JOIN, OFFSET/LIMIT are not supported by this emulator)",
+            "unexpected {} after the end of the query",
             describe(token)
         )));
     }
@@ -146,9 +264,9 @@ fn is_keyword(token: Option<&Token>, keyword: &str) -> bool {
 }
 
 /// Keywords, never identifiers: `FROM c GROUP BY …` must not read `GROUP` as an alias.
-const RESERVED: [&str; 18] = [
+const RESERVED: [&str; 20] = [
     "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "IN", "BETWEEN", "VALUE", "TOP", "AS", "ORDER",
-    "BY", "GROUP", "OFFSET", "LIMIT", "JOIN", "DISTINCT",
+    "BY", "GROUP", "OFFSET", "LIMIT", "JOIN", "DISTINCT", "ASC", "DESC",
 ];
 
 impl Parser {
@@ -220,16 +338,9 @@ impl Parser {
 
     fn query(&mut self) -> Result<Query, SqlError> {
         self.expect_keyword("SELECT")?;
-        if is_keyword(self.peek(), "DISTINCT") {
-            return Err(SqlError::new("DISTINCT is not supported by this emulator"));
-        }
+        let distinct = self.eat_keyword("DISTINCT");
         let top = if self.eat_keyword("TOP") {
-            match self.next() {
-                Some(Token::Num(n)) if n >= 0.0 && n.fract() == 0.0 && n <= u32::MAX as f64 => {
-                    Some(n as u64)
-                }
-                _ => return Err(SqlError::new("TOP needs a non-negative integer")),
-            }
+            Some(self.count("TOP")?)
         } else {
             None
         };
@@ -274,13 +385,69 @@ impl Parser {
         } else {
             None
         };
+        let mut group_by = Vec::new();
+        if self.eat_keyword("GROUP") {
+            self.expect_keyword("BY")?;
+            loop {
+                group_by.push(self.expr(0)?);
+                if !self.eat_symbol(",") {
+                    break;
+                }
+            }
+        }
+        let mut order_by = Vec::new();
+        if self.eat_keyword("ORDER") {
+            self.expect_keyword("BY")?;
+            loop {
+                let expr = self.expr(0)?;
+                let order = if self.eat_keyword("DESC") {
+                    SortOrder::Descending
+                } else {
+                    self.eat_keyword("ASC");
+                    SortOrder::Ascending
+                };
+                order_by.push((expr, order));
+                if !self.eat_symbol(",") {
+                    break;
+                }
+            }
+        }
+        let offset_limit = if self.eat_keyword("OFFSET") {
+            let offset = self.count("OFFSET")?;
+            self.expect_keyword("LIMIT")?;
+            let limit = self.count("LIMIT")?;
+            Some(OffsetLimit { offset, limit })
+        } else {
+            None
+        };
+        if top.is_some() && offset_limit.is_some() {
+            return Err(SqlError::new(
+                "TOP and OFFSET/LIMIT cannot be used in the same query",
+            ));
+        }
         let query = Query {
+            distinct,
             top,
             projection,
             alias,
             filter,
+            group_by,
+            order_by,
+            offset_limit,
         };
         query.bind_alias()
+    }
+
+    /// The non-negative integer literal after `TOP`, `OFFSET` or `LIMIT`.
+    fn count(&mut self, clause: &str) -> Result<u64, SqlError> {
+        match self.next() {
+            Some(Token::Num(n)) if n >= 0.0 && n.fract() == 0.0 && n <= u32::MAX as f64 => {
+                Ok(n as u64)
+            }
+            _ => Err(SqlError::new(format!(
+                "{clause} needs a non-negative integer literal"
+            ))),
+        }
     }
 
     fn expr(&mut self, depth: usize) -> Result<Expr, SqlError> {
@@ -398,6 +565,12 @@ impl Parser {
                 return Err(SqlError::new("expression is nested too deeply"));
             }
             let inner = self.unary(depth + 1)?;
+            // `-3` is the number -3, so printed queries read back as the same tree.
+            if let Expr::Literal(serde_json::Value::Number(n)) = &inner {
+                if let Some(f) = n.as_f64() {
+                    return Ok(Expr::Literal(number(-f)));
+                }
+            }
             return Ok(Expr::Unary(UnaryOp::Neg, Box::new(inner)));
         }
         self.primary(depth)
@@ -432,9 +605,31 @@ impl Parser {
                 Expr::Array(items)
             }
             Token::Symbol("{") => {
-                return Err(SqlError::new(
-                    "object literals are not supported by this emulator",
-                ))
+                let mut fields: Vec<(String, Expr)> = Vec::new();
+                if !self.eat_symbol("}") {
+                    loop {
+                        let name = match self.next() {
+                            Some(Token::Ident(name) | Token::Str(name)) => name,
+                            _ => {
+                                return Err(SqlError::new(
+                                    "expected a property name in an object constructor",
+                                ))
+                            }
+                        };
+                        if fields.iter().any(|(existing, _)| *existing == name) {
+                            return Err(SqlError::new(format!(
+                                "property '{name}' appears twice in an object constructor"
+                            )));
+                        }
+                        self.expect_symbol(":")?;
+                        fields.push((name, self.expr(depth)?));
+                        if self.eat_symbol("}") {
+                            break;
+                        }
+                        self.expect_symbol(",")?;
+                    }
+                }
+                Expr::Object(fields)
             }
             Token::Ident(word) => {
                 let upper = word.to_ascii_uppercase();
@@ -595,59 +790,34 @@ impl Query {
         if let Some(filter) = &mut self.filter {
             bind(filter)?;
         }
+        self.group_by.iter_mut().try_for_each(bind)?;
+        self.order_by
+            .iter_mut()
+            .try_for_each(|(expr, _)| bind(expr))?;
         Ok(self)
     }
 }
 
 fn bind_expr(expr: &mut Expr, alias: &str) -> Result<(), SqlError> {
-    match expr {
-        Expr::Path(steps) => {
-            let root = match steps.first() {
-                Some(PathStep::Field(name)) => name.clone(),
-                _ => {
-                    return Err(SqlError::new(
-                        "a property path must start with the FROM alias",
-                    ))
-                }
-            };
-            if root != alias {
-                return Err(SqlError::new(format!(
-                    "identifier '{root}' could not be resolved (the FROM alias is '{alias}')"
-                )));
+    if let Expr::Path(steps) = expr {
+        let root = match steps.first() {
+            Some(PathStep::Field(name)) => name.clone(),
+            _ => {
+                return Err(SqlError::new(
+                    "a property path must start with the FROM alias",
+                ))
             }
-            steps.remove(0);
-            for step in steps.iter_mut() {
-                if let PathStep::Index(index) = step {
-                    bind_expr(index, alias)?;
-                }
-            }
-            if steps.is_empty() {
-                *expr = Expr::Root;
-            }
-            Ok(())
+        };
+        if root != alias {
+            return Err(SqlError::new(format!(
+                "identifier '{root}' could not be resolved (the FROM alias is '{alias}')"
+            )));
         }
-        Expr::Literal(_) | Expr::Undefined | Expr::Param(_) | Expr::Root => Ok(()),
-        Expr::Unary(_, inner) | Expr::Aggregate(_, inner) => bind_expr(inner, alias),
-        Expr::Binary(_, left, right) => {
-            bind_expr(left, alias)?;
-            bind_expr(right, alias)
-        }
-        Expr::Chain(first, rest) => {
-            bind_expr(first, alias)?;
-            rest.iter_mut()
-                .try_for_each(|(_, operand)| bind_expr(operand, alias))
-        }
-        Expr::In { needle, list, .. } => {
-            bind_expr(needle, alias)?;
-            list.iter_mut().try_for_each(|item| bind_expr(item, alias))
-        }
-        Expr::Between(a, b, c) => {
-            bind_expr(a, alias)?;
-            bind_expr(b, alias)?;
-            bind_expr(c, alias)
-        }
-        Expr::Call(_, args) | Expr::Array(args) => {
-            args.iter_mut().try_for_each(|arg| bind_expr(arg, alias))
+        steps.remove(0);
+        if steps.is_empty() {
+            *expr = Expr::Root;
+            return Ok(());
         }
     }
+    expr.try_for_each_child_mut(&mut |child| bind_expr(child, alias))
 }

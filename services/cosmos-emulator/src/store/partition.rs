@@ -199,17 +199,22 @@ impl PartitionData {
         best
     }
 
-    /// Runs a query over this partition, resuming after `after_seq`, returning at most
-    /// `max_items` rows (aggregates always return their single row).
+    /// Runs a query over this partition and returns at most `max_items` rows from
+    /// `position` on. A streaming query resumes after the document whose sequence
+    /// number is `position`; any other query is run whole and resumes at row `position`.
     pub fn query(
         &self,
         query: &PreparedQuery,
         scope: &Scope,
-        after_seq: u64,
+        position: u64,
         max_items: usize,
     ) -> Result<PartitionPage, SqlError> {
         let mut page = PartitionPage::default();
-        let from = after_seq.saturating_add(1);
+        let from = if query.query.is_streaming() {
+            position.saturating_add(1)
+        } else {
+            0
+        };
         let indexed = self.candidates(query);
         let mut candidates: Box<dyn Iterator<Item = (u64, &Arc<Document>)>> = match indexed {
             Some(seqs) => Box::new(
@@ -218,7 +223,7 @@ impl PartitionData {
             ),
             None => Box::new(self.by_seq.range(from..).map(|(s, d)| (*s, d))),
         };
-        if query.query.is_aggregate() {
+        if !query.query.is_streaming() {
             let mut matching = Vec::new();
             for (_, doc) in candidates {
                 if indexed.is_none() {
@@ -229,7 +234,17 @@ impl PartitionData {
                 }
             }
             page.loaded = matching.len();
-            page.rows.extend(query.aggregate(matching.into_iter())?);
+            let rows = query.run_all(matching)?;
+            let start = usize::try_from(position)
+                .unwrap_or(usize::MAX)
+                .min(rows.len());
+            let end = start.saturating_add(max_items).min(rows.len());
+            if end < rows.len() {
+                page.resume_at = Some(end as u64);
+            }
+            page.rows = rows;
+            page.rows.truncate(end);
+            page.rows.drain(..start);
             return Ok(page);
         }
         for (seq, doc) in candidates.by_ref() {
@@ -244,16 +259,16 @@ impl PartitionData {
                 page.rows.push(row);
             }
             if page.rows.len() >= max_items {
-                page.last_seq = Some(seq);
+                page.resume_at = Some(seq);
                 break;
             }
         }
         // Only report a continuation if something remains after the last returned row.
-        if page.last_seq.is_some()
+        if page.resume_at.is_some()
             && !candidates
                 .any(|(_, doc)| scope.admits(doc) && query.matches(&doc.body).unwrap_or(false))
         {
-            page.last_seq = None;
+            page.resume_at = None;
         }
         Ok(page)
     }
@@ -267,8 +282,8 @@ pub struct PartitionPage {
     pub loaded: usize,
     /// Documents examined by a scan (no usable index).
     pub scanned: usize,
-    /// Set when more rows remain: resume after this sequence number.
-    pub last_seq: Option<u64>,
+    /// Set when more rows remain: the `position` to pass to resume.
+    pub resume_at: Option<u64>,
 }
 
 impl PartitionPage {

@@ -1,0 +1,206 @@
+//! The query plan's `queryInfo`: what an SDK must do itself to answer a query that
+//! spans physical partitions, and the rewritten query each partition runs so that what
+//! it returns can be merged.
+//!
+//! - `ORDER BY`: each partition returns `{_rid, orderByItems: [{item}], payload}` in
+//!   order; the SDK merges the sorted streams and keeps `payload`.
+//! - `SELECT VALUE <aggregate>`: each partition returns `[{item}]` (for `AVG`,
+//!   `{item: {sum, count}}`); the SDK combines the items.
+//! - `DISTINCT`, `OFFSET/LIMIT` and `TOP` are applied again by the SDK over the merged
+//!   rows; each partition runs `OFFSET 0 LIMIT offset+limit`.
+//!
+//! `GROUP BY` and aggregates that are not the whole `SELECT VALUE` are answered within
+//! one partition only (pass the partition key): their cross-partition merge format is
+//! not modelled here.
+
+use serde_json::{json, Value};
+
+use super::parser::{Aggregate, Expr, Projection, Query, SortOrder};
+use super::print::write_object;
+use super::SqlError;
+
+/// The `ORDER BY` placeholder an SDK fills with its resume filter (`true` at first).
+const ORDER_BY_FILTER: &str = "{documentdb-formattableorderbyquery-filter}";
+
+/// The query-pipeline features `query` needs, by the names SDKs declare them with.
+pub fn required_features(query: &Query) -> Vec<&'static str> {
+    let mut features = Vec::new();
+    if query.is_aggregate() {
+        features.push(if query.is_value_aggregate() {
+            "Aggregate"
+        } else {
+            "NonValueAggregate"
+        });
+    }
+    if !query.group_by.is_empty() {
+        features.push("GroupBy");
+    }
+    if query.distinct {
+        features.push("Distinct");
+    }
+    match query.order_by.len() {
+        0 => {}
+        1 => features.push("OrderBy"),
+        _ => features.push("MultipleOrderBy"),
+    }
+    if query.offset_limit.is_some() {
+        features.push("OffsetAndLimit");
+    }
+    if query.top.is_some() {
+        features.push("Top");
+    }
+    features
+}
+
+/// The plan's `queryInfo` for `query`, for a client that declared `client_features`
+/// (a comma-separated list; absent means the client did not say, and is trusted).
+pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value, SqlError> {
+    let required = required_features(query);
+    if let Some(declared) = client_features {
+        let missing: Vec<&str> = required
+            .iter()
+            .copied()
+            .filter(|feature| !declared.split(',').any(|d| d.trim() == *feature))
+            .collect();
+        if !missing.is_empty() {
+            return Err(SqlError::new(format!(
+                "Query contains 1 or more unsupported features. Upgrade your SDK to a version that does support the requested features: Query contained {}, which the calling client does not support.",
+                missing.join(", ")
+            )));
+        }
+    }
+    if let Some(feature) = required
+        .iter()
+        .find(|f| matches!(**f, "GroupBy" | "NonValueAggregate"))
+    {
+        return Err(SqlError::new(format!(
+            "this emulator answers {feature} within one partition only; pass the partition key"
+        )));
+    }
+    let distinct_type = match (query.distinct, query.order_by.is_empty()) {
+        (false, _) => "None",
+        (true, true) => "Unordered",
+        (true, false) => "Ordered",
+    };
+    let aggregates: Vec<&str> = match &query.projection {
+        Projection::Value(Expr::Aggregate(kind, _)) => vec![aggregate_type(*kind)],
+        _ => Vec::new(),
+    };
+    Ok(json!({
+        "distinctType": distinct_type,
+        "top": query.top,
+        "offset": query.offset_limit.map(|ol| ol.offset),
+        "limit": query.offset_limit.map(|ol| ol.limit),
+        "orderBy": query.order_by.iter().map(|(_, order)| match order {
+            SortOrder::Ascending => "Ascending",
+            SortOrder::Descending => "Descending",
+        }).collect::<Vec<_>>(),
+        "orderByExpressions": query.order_by.iter()
+            .map(|(expr, _)| expr.to_sql(&query.alias))
+            .collect::<Vec<_>>(),
+        "groupByExpressions": [],
+        "groupByAliases": [],
+        "aggregates": aggregates,
+        "groupByAliasToAggregateType": {},
+        "rewrittenQuery": rewritten_query(query),
+        "hasSelectValue": matches!(query.projection, Projection::Value(_)),
+        "hasNonStreamingOrderBy": false,
+    }))
+}
+
+/// The names the SDKs' aggregators know (`AVG` is `Average`).
+fn aggregate_type(kind: Aggregate) -> &'static str {
+    match kind {
+        Aggregate::Count => "Count",
+        Aggregate::Sum => "Sum",
+        Aggregate::Min => "Min",
+        Aggregate::Max => "Max",
+        Aggregate::Avg => "Average",
+    }
+}
+
+/// The query each partition runs so that the SDK can merge the results.
+pub fn rewritten_query(query: &Query) -> String {
+    let alias = query.alias.as_str();
+    let mut sql = String::from("SELECT ");
+    if query.distinct {
+        sql.push_str("DISTINCT ");
+    }
+    if let Some(top) = query.top {
+        sql.push_str(&format!("TOP {top} "));
+    }
+    if !query.order_by.is_empty() {
+        // `_rid` would make every row distinct.
+        if !query.distinct {
+            sql.push_str(&format!("{alias}._rid, "));
+        }
+        sql.push('[');
+        for (i, (expr, _)) in query.order_by.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("{{\"item\": {}}}", expr.to_sql(alias)));
+        }
+        sql.push_str("] AS orderByItems, ");
+        write_payload(&query.projection, alias, &mut sql);
+        sql.push_str(" AS payload");
+    } else if let Projection::Value(Expr::Aggregate(kind, arg)) = &query.projection {
+        let arg = arg.to_sql(alias);
+        let item = match kind {
+            Aggregate::Avg => format!("{{\"sum\": SUM({arg}), \"count\": COUNT({arg})}}"),
+            other => format!("{}({arg})", super::print::aggregate_name(*other)),
+        };
+        sql.push_str(&format!("VALUE [{{\"item\": {item}}}]"));
+    } else {
+        match &query.projection {
+            Projection::Star => sql.push('*'),
+            projection => {
+                sql.push_str("VALUE ");
+                write_payload(projection, alias, &mut sql);
+            }
+        }
+    }
+    sql.push_str(&format!(" FROM {alias}"));
+    match (&query.filter, query.order_by.is_empty()) {
+        (Some(filter), true) => sql.push_str(&format!(" WHERE {}", filter.to_sql(alias))),
+        (None, true) => {}
+        (Some(filter), false) => sql.push_str(&format!(
+            " WHERE ({ORDER_BY_FILTER}) AND {}",
+            filter.to_sql(alias)
+        )),
+        (None, false) => sql.push_str(&format!(" WHERE ({ORDER_BY_FILTER})")),
+    }
+    if !query.order_by.is_empty() {
+        sql.push_str(" ORDER BY ");
+        for (i, (expr, order)) in query.order_by.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&expr.to_sql(alias));
+            sql.push_str(match order {
+                SortOrder::Ascending => " ASC",
+                SortOrder::Descending => " DESC",
+            });
+        }
+    }
+    if let Some(ol) = query.offset_limit {
+        // The parser reads counts up to u32::MAX.
+        let limit = ol.offset.saturating_add(ol.limit).min(u64::from(u32::MAX));
+        sql.push_str(&format!(" OFFSET 0 LIMIT {limit}"));
+    }
+    sql
+}
+
+/// The projection as one value: `SELECT *` is the document, `SELECT a, b` the object
+/// `{"a": …, "b": …}`.
+fn write_payload(projection: &Projection, alias: &str, sql: &mut String) {
+    match projection {
+        Projection::Star => sql.push_str(alias),
+        Projection::Value(expr) => sql.push_str(&expr.to_sql(alias)),
+        Projection::Fields(fields) => write_object(
+            fields.iter().map(|(name, expr)| (name.as_str(), expr)),
+            alias,
+            sql,
+        ),
+    }
+}
