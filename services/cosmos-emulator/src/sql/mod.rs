@@ -843,6 +843,47 @@ mod tests {
     }
 
     #[test]
+    fn rewritten_queries_nest_no_deeper_than_needed() {
+        let deep_filter = format!(
+            "SELECT * FROM c WHERE {}c.a = 1 OR c.b = 2{} ORDER BY c.n",
+            "(".repeat(60),
+            ")".repeat(60)
+        );
+        let original = prepared(&deep_filter, json!([])).expect("accepted");
+        let info = plan::query_info(&original.query, None).expect("plans");
+        let rewritten = info["rewrittenQuery"].as_str().expect("rewritten");
+        assert!(
+            rewritten.ends_with("WHERE ({documentdb-formattableorderbyquery-filter}) AND (c.a = 1 OR c.b = 2) ORDER BY c.n ASC"),
+            "{rewritten}"
+        );
+        // A sort key at the edge of the depth limit goes two levels deeper inside
+        // `[{"item": …}]`: the plan says so instead of handing out a query that fails.
+        let deep_key = format!(
+            "SELECT * FROM c ORDER BY {}c.n{}",
+            "(".repeat(63),
+            ")".repeat(63)
+        );
+        let deepest = format!(
+            "SELECT VALUE {}c.n{} FROM c",
+            "[".repeat(63),
+            "]".repeat(63)
+        );
+        prepared(&deepest, json!([])).expect("the deepest accepted nesting");
+        let keyed = prepared(
+            &format!(
+                "SELECT * FROM c ORDER BY {}",
+                &deepest[13..deepest.len() - 7]
+            ),
+            json!([]),
+        )
+        .expect("accepted as a sort key");
+        let err = plan::query_info(&keyed.query, None).expect_err("too deep to rewrite");
+        assert!(err.to_string().contains("pass the partition key"), "{err}");
+        let fine = prepared(&deep_key, json!([])).expect("parentheses alone add no nesting");
+        plan::query_info(&fine.query, None).expect("plans");
+    }
+
+    #[test]
     fn the_plan_names_what_a_client_lacks_and_what_the_emulator_does_not_plan() {
         let python = "Aggregate,CompositeAggregate,Distinct,MultipleOrderBy,OffsetAndLimit,OrderBy,Top,NonStreamingOrderBy";
         let plan_for =

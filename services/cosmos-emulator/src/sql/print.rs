@@ -1,17 +1,67 @@
 //! Expressions back to SQL text, for the query plan: its ORDER BY expressions and the
-//! rewritten query each partition runs. The text parses back to the same tree.
+//! rewritten query each partition runs. The text parses back to the same tree, with
+//! parentheses only where precedence needs them, so it nests no deeper than the query
+//! it came from and stays within the parser's depth limit.
 
 use std::fmt::Write;
 
 use super::parser::{Aggregate, BinaryOp, Expr, Function, PathStep, UnaryOp};
 
 impl Expr {
-    /// This expression as SQL, with paths rooted at `alias`. Every compound expression
-    /// is parenthesised, so the text never depends on operator precedence.
+    /// This expression as SQL, with paths rooted at `alias`.
     pub fn to_sql(&self, alias: &str) -> String {
         let mut out = String::new();
         write_expr(self, alias, &mut out);
         out
+    }
+
+    /// As [`Expr::to_sql`], parenthesised if needed to be an operand of `AND`.
+    pub fn to_sql_in_and(&self, alias: &str) -> String {
+        let mut out = String::new();
+        write_operand(self, level(BinaryOp::And) + 1, alias, &mut out);
+        out
+    }
+}
+
+/// Binding strength, loosest first, as the parser's descent reads them.
+const NOT: u8 = 3;
+const COMPARISON: u8 = 4;
+const ADDITIVE: u8 = 5;
+const UNARY: u8 = 7;
+const ATOM: u8 = 8;
+
+fn level(op: BinaryOp) -> u8 {
+    match op {
+        BinaryOp::Or => 1,
+        BinaryOp::And => 2,
+        BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
+            COMPARISON
+        }
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Concat => ADDITIVE,
+        BinaryOp::Mul | BinaryOp::Div => 6,
+    }
+}
+
+fn precedence(expr: &Expr) -> u8 {
+    match expr {
+        Expr::Chain(_, rest) => rest.first().map_or(ATOM, |(op, _)| level(*op)),
+        Expr::Binary(..) | Expr::In { .. } | Expr::Between(..) => COMPARISON,
+        Expr::Unary(UnaryOp::Not, _) => NOT,
+        Expr::Unary(UnaryOp::Neg, _) => UNARY,
+        // `-3` is read as a negated 3 (then folded back into the literal).
+        Expr::Literal(serde_json::Value::Number(n)) if n.as_f64().is_some_and(|f| f < 0.0) => UNARY,
+        _ => ATOM,
+    }
+}
+
+/// `expr` where the grammar expects an operand binding at least as tightly as `min`.
+fn write_operand(expr: &Expr, min: u8, alias: &str, out: &mut String) {
+    if precedence(expr) < min {
+        out.push('(');
+        write_expr(expr, alias, out);
+        out.push(')');
+    } else {
+        write_expr(expr, alias, out);
     }
 }
 
@@ -42,50 +92,44 @@ fn write_expr(expr: &Expr, alias: &str, out: &mut String) {
                 }
             }
         }
-        Expr::Unary(op, inner) => {
-            out.push_str(match op {
-                UnaryOp::Not => "(NOT ",
-                // The space keeps `- -x` from reading as a `--` comment.
-                UnaryOp::Neg => "(- ",
-            });
-            write_expr(inner, alias, out);
-            out.push(')');
+        Expr::Unary(UnaryOp::Not, inner) => {
+            out.push_str("NOT ");
+            write_operand(inner, NOT, alias, out);
+        }
+        Expr::Unary(UnaryOp::Neg, inner) => {
+            // The space keeps `- -x` from reading as a `--` comment.
+            out.push_str("- ");
+            write_operand(inner, UNARY, alias, out);
         }
         Expr::Binary(op, left, right) => {
-            out.push('(');
-            write_expr(left, alias, out);
+            write_operand(left, ADDITIVE, alias, out);
             let _ = write!(out, " {} ", operator(*op));
-            write_expr(right, alias, out);
-            out.push(')');
+            write_operand(right, ADDITIVE, alias, out);
         }
         Expr::Chain(first, rest) => {
-            out.push('(');
-            write_expr(first, alias, out);
+            let min = precedence(expr) + 1;
+            write_operand(first, min, alias, out);
             for (op, operand) in rest {
                 let _ = write!(out, " {} ", operator(*op));
-                write_expr(operand, alias, out);
+                write_operand(operand, min, alias, out);
             }
-            out.push(')');
         }
         Expr::In {
             needle,
             list,
             negated,
         } => {
-            out.push('(');
-            write_expr(needle, alias, out);
+            write_operand(needle, ADDITIVE, alias, out);
             out.push_str(if *negated { " NOT IN (" } else { " IN (" });
             write_list(list.iter(), alias, out);
-            out.push_str("))");
+            out.push(')');
         }
         Expr::Between(value, low, high) => {
-            out.push('(');
-            write_expr(value, alias, out);
+            write_operand(value, ADDITIVE, alias, out);
             out.push_str(" BETWEEN ");
-            write_expr(low, alias, out);
+            write_operand(low, ADDITIVE, alias, out);
             out.push_str(" AND ");
-            write_expr(high, alias, out);
-            out.push(')');
+            write_operand(high, ADDITIVE, alias, out);
         }
         Expr::Call(function, args) => {
             out.push_str(function_name(*function));
