@@ -738,6 +738,12 @@ mod tests {
         } else {
             merged = streams.into_iter().flatten().collect();
         }
+        if let Some(types) = info["groupByAliasToAggregateType"]
+            .as_object()
+            .filter(|types| !types.is_empty())
+        {
+            return merge_groups(&merged, types, info["hasSelectValue"] == json!(true));
+        }
         if let Some(aggregate) = info["aggregates"].get(0).and_then(Value::as_str) {
             let items: Vec<Value> = merged
                 .iter()
@@ -771,6 +777,100 @@ mod tests {
             .or(info["top"].as_u64())
             .unwrap_or(u64::MAX) as usize;
         merged.into_iter().skip(offset).take(take).collect()
+    }
+
+    /// Combines per-partition groups `{groupByItems, payload}` by their items, each
+    /// payload column as `types` says.
+    fn merge_groups(
+        rows: &[Value],
+        types: &serde_json::Map<String, Value>,
+        value: bool,
+    ) -> Vec<Value> {
+        let mut groups: Vec<(String, serde_json::Map<String, Value>)> = Vec::new();
+        for row in rows {
+            let key = canonical(&row["groupByItems"]);
+            let payload = row["payload"].as_object().cloned().unwrap_or_default();
+            let index = match groups.iter().position(|(k, _)| *k == key) {
+                Some(index) => index,
+                None => {
+                    groups.push((key, serde_json::Map::new()));
+                    groups.len() - 1
+                }
+            };
+            let merged = &mut groups[index].1;
+            for (alias, kind) in types {
+                let Some(part) = payload.get(alias) else {
+                    continue;
+                };
+                let Some(kind) = kind.as_str() else {
+                    merged.insert(alias.clone(), part.clone());
+                    continue;
+                };
+                let Some(item) = part.get("item") else {
+                    continue;
+                };
+                let combined = match (kind, merged.get(alias)) {
+                    (_, None) => item.clone(),
+                    ("Count" | "Sum", Some(sum)) => {
+                        json!(sum.as_f64().unwrap_or(0.0) + item.as_f64().unwrap_or(0.0))
+                    }
+                    ("Average", Some(acc)) => json!({
+                        "sum": acc["sum"].as_f64().unwrap_or(0.0) + item["sum"].as_f64().unwrap_or(0.0),
+                        "count": acc["count"].as_f64().unwrap_or(0.0) + item["count"].as_f64().unwrap_or(0.0),
+                    }),
+                    ("Max", Some(best)) if sort_order(Some(item), Some(best)).is_gt() => {
+                        item.clone()
+                    }
+                    ("Min", Some(best)) if sort_order(Some(item), Some(best)).is_lt() => {
+                        item.clone()
+                    }
+                    (_, Some(best)) => best.clone(),
+                };
+                merged.insert(alias.clone(), combined);
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(_, mut columns)| {
+                for (alias, kind) in types {
+                    if kind == "Average" {
+                        if let Some(acc) = columns.get(alias) {
+                            let mean = acc["sum"].as_f64().unwrap_or(0.0)
+                                / acc["count"].as_f64().unwrap_or(1.0);
+                            columns.insert(alias.clone(), json!(mean));
+                        }
+                    }
+                }
+                if value {
+                    columns.remove("$1").unwrap_or(Value::Null)
+                } else {
+                    Value::Object(columns)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn grouped_queries_merge_across_partitions_to_the_single_partition_answer() {
+        let docs: Vec<Value> = (0..40)
+            .map(|i| json!({"id": format!("d{i:02}"), "g": i % 4, "n": (i * 7) % 11, "s": format!("s{}", i % 5)}))
+            .collect();
+        // Numbers compare by value: partitions sum to 12.0 where one partition says 12.
+        let normalise = |rows: Vec<Value>| {
+            let mut keys: Vec<String> = rows.iter().map(canonical).collect();
+            keys.sort();
+            keys
+        };
+        for query in [
+            "SELECT c.g, COUNT(1) AS n, SUM(c.n) AS total, MIN(c.s) AS first, MAX(c.n) AS most, AVG(c.n) AS mean FROM c GROUP BY c.g",
+            "SELECT c.g, c.s FROM c WHERE c.n > 2 GROUP BY c.g, c.s",
+            "SELECT VALUE COUNT(1) FROM c GROUP BY c.s",
+            "SELECT COUNT(1) AS n, MAX(c.id) AS last FROM c WHERE c.g = 1",
+        ] {
+            let whole = run(query, json!([]), &docs).expect(query);
+            let merged = run_as_the_sdk_would(query, &docs, 3);
+            assert_eq!(normalise(merged), normalise(whole), "{query}");
+        }
     }
 
     #[test]
@@ -900,8 +1000,28 @@ mod tests {
         );
         let err = plan_for("SELECT COUNT(1) AS n FROM c", Some(python)).expect_err("non-value");
         assert!(err.to_string().contains("NonValueAggregate"), "{err}");
-        let err = plan_for("SELECT c.g FROM c GROUP BY c.g", None).expect_err("not planned");
-        assert!(err.to_string().contains("within one partition"), "{err}");
+        let err = plan_for("SELECT c.g, COUNT(1) + 1 AS n FROM c GROUP BY c.g", None)
+            .expect_err("cannot be merged");
+        assert!(
+            err.to_string().contains("'n' computes with an aggregate"),
+            "{err}"
+        );
+        let info = plan_for(
+            "SELECT c.g, AVG(c.n) AS mean FROM c GROUP BY c.g",
+            Some("GroupBy,NonValueAggregate"),
+        )
+        .expect("plan");
+        assert_eq!(info["groupByExpressions"], json!(["c.g"]));
+        assert_eq!(info["groupByAliases"], json!(["g", "mean"]));
+        assert_eq!(
+            info["groupByAliasToAggregateType"],
+            json!({"g": null, "mean": "Average"})
+        );
+        assert_eq!(info["aggregates"], json!([]));
+        assert_eq!(
+            info["rewrittenQuery"],
+            "SELECT [{\"item\": c.g}] AS groupByItems, {\"g\": c.g, \"mean\": {\"item\": {\"sum\": SUM(c.n), \"count\": COUNT(c.n)}}} AS payload FROM c GROUP BY c.g"
+        );
         let info = plan_for("SELECT VALUE AVG(c.n) FROM c", Some(python)).expect("plan");
         assert_eq!(info["aggregates"], json!(["Average"]));
         assert_eq!(info["hasSelectValue"], json!(true));

@@ -6,12 +6,11 @@
 //!   order; the SDK merges the sorted streams and keeps `payload`.
 //! - `SELECT VALUE <aggregate>`: each partition returns `[{item}]` (for `AVG`,
 //!   `{item: {sum, count}}`); the SDK combines the items.
+//! - `GROUP BY`, and aggregates among other SELECT items: each partition returns one
+//!   row per group, `{groupByItems: [{item}], payload: {alias: value | {item}}}`; the
+//!   SDK merges the groups, combining each alias as `groupByAliasToAggregateType` says.
 //! - `DISTINCT`, `OFFSET/LIMIT` and `TOP` are applied again by the SDK over the merged
 //!   rows; each partition runs `OFFSET 0 LIMIT offset+limit`.
-//!
-//! `GROUP BY` and aggregates that are not the whole `SELECT VALUE` are answered within
-//! one partition only (pass the partition key): their cross-partition merge format is
-//! not modelled here.
 
 use serde_json::{json, Value};
 
@@ -69,14 +68,7 @@ pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value,
             )));
         }
     }
-    if let Some(feature) = required
-        .iter()
-        .find(|f| matches!(**f, "GroupBy" | "NonValueAggregate"))
-    {
-        return Err(SqlError::new(format!(
-            "this emulator answers {feature} within one partition only; pass the partition key"
-        )));
-    }
+    let grouping = grouping(query)?;
     let rewritten = rewritten_query(query);
     // The rewritten query nests sort keys and payloads a level or two deeper than the
     // query did; one at the edge of the parser's depth limit cannot be run.
@@ -91,8 +83,20 @@ pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value,
         (true, false) => "Ordered",
     };
     let aggregates: Vec<&str> = match &query.projection {
-        Projection::Value(Expr::Aggregate(kind, _)) => vec![aggregate_type(*kind)],
+        Projection::Value(Expr::Aggregate(kind, _)) if grouping.is_none() => {
+            vec![aggregate_type(*kind)]
+        }
         _ => Vec::new(),
+    };
+    let (group_by_aliases, alias_types) = match &grouping {
+        Some(columns) => (
+            columns.iter().map(|c| c.alias.as_str()).collect(),
+            columns
+                .iter()
+                .map(|c| (c.alias.clone(), json!(c.aggregate.map(aggregate_type))))
+                .collect(),
+        ),
+        None => (Vec::new(), serde_json::Map::new()),
     };
     Ok(json!({
         "distinctType": distinct_type,
@@ -106,14 +110,66 @@ pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value,
         "orderByExpressions": query.order_by.iter()
             .map(|(expr, _)| expr.to_sql(&query.alias))
             .collect::<Vec<_>>(),
-        "groupByExpressions": [],
-        "groupByAliases": [],
+        "groupByExpressions": query.group_by.iter()
+            .map(|expr| expr.to_sql(&query.alias))
+            .collect::<Vec<_>>(),
+        "groupByAliases": group_by_aliases,
         "aggregates": aggregates,
-        "groupByAliasToAggregateType": {},
+        "groupByAliasToAggregateType": alias_types,
         "rewrittenQuery": rewritten,
         "hasSelectValue": matches!(query.projection, Projection::Value(_)),
         "hasNonStreamingOrderBy": false,
     }))
+}
+
+/// One column of a grouped result: its name in the payload, and how the SDK combines
+/// it across partitions (`None`: a `GROUP BY` value, equal in every partition).
+struct GroupColumn<'q> {
+    alias: String,
+    aggregate: Option<Aggregate>,
+    expr: &'q Expr,
+}
+
+/// The columns of a query the SDK must group across partitions: one with `GROUP BY`, or
+/// with aggregates that are not the whole `SELECT VALUE`. `None` for any other query.
+fn grouping(query: &Query) -> Result<Option<Vec<GroupColumn<'_>>>, SqlError> {
+    if query.group_by.is_empty() && (!query.is_aggregate() || query.is_value_aggregate()) {
+        return Ok(None);
+    }
+    let columns: Vec<(String, &Expr)> = match &query.projection {
+        Projection::Fields(fields) => fields.iter().map(|(n, e)| (n.clone(), e)).collect(),
+        Projection::Value(expr) => vec![("$1".to_owned(), expr)],
+        Projection::Star => Vec::new(),
+    };
+    let mut grouped = Vec::with_capacity(columns.len());
+    for (alias, expr) in columns {
+        let aggregate = match expr {
+            Expr::Aggregate(kind, _) => Some(*kind),
+            other if other.contains_aggregate() => {
+                return Err(SqlError::new(format!(
+                    "'{alias}' computes with an aggregate, which cannot be combined across partitions; make each aggregate a SELECT item of its own, or pass the partition key"
+                )))
+            }
+            _ => None,
+        };
+        grouped.push(GroupColumn {
+            alias,
+            aggregate,
+            expr,
+        });
+    }
+    Ok(Some(grouped))
+}
+
+/// An aggregate as each partition reports it, for the SDK to combine: `{"item": …}`,
+/// and for `AVG` the item is the partition's sum and count.
+fn partial_aggregate(kind: Aggregate, arg: &Expr, alias: &str) -> String {
+    let arg = arg.to_sql(alias);
+    let item = match kind {
+        Aggregate::Avg => format!("{{\"sum\": SUM({arg}), \"count\": COUNT({arg})}}"),
+        other => format!("{}({arg})", super::print::aggregate_name(other)),
+    };
+    format!("{{\"item\": {item}}}")
 }
 
 /// The names the SDKs' aggregators know (`AVG` is `Average`).
@@ -131,40 +187,63 @@ fn aggregate_type(kind: Aggregate) -> &'static str {
 pub fn rewritten_query(query: &Query) -> String {
     let alias = query.alias.as_str();
     let mut sql = String::from("SELECT ");
-    if query.distinct {
-        sql.push_str("DISTINCT ");
-    }
-    if let Some(top) = query.top {
-        sql.push_str(&format!("TOP {top} "));
-    }
-    if !query.order_by.is_empty() {
-        // `_rid` would make every row distinct.
-        if !query.distinct {
-            sql.push_str(&format!("{alias}._rid, "));
-        }
+    // A group must be whole in each partition's answer: TOP, DISTINCT and OFFSET apply
+    // to the merged groups only.
+    let grouped = grouping(query).ok().flatten();
+    if let Some(columns) = &grouped {
         sql.push('[');
-        for (i, (expr, _)) in query.order_by.iter().enumerate() {
+        for (i, expr) in query.group_by.iter().enumerate() {
             if i > 0 {
                 sql.push_str(", ");
             }
             sql.push_str(&format!("{{\"item\": {}}}", expr.to_sql(alias)));
         }
-        sql.push_str("] AS orderByItems, ");
-        write_payload(&query.projection, alias, &mut sql);
-        sql.push_str(" AS payload");
-    } else if let Projection::Value(Expr::Aggregate(kind, arg)) = &query.projection {
-        let arg = arg.to_sql(alias);
-        let item = match kind {
-            Aggregate::Avg => format!("{{\"sum\": SUM({arg}), \"count\": COUNT({arg})}}"),
-            other => format!("{}({arg})", super::print::aggregate_name(*other)),
-        };
-        sql.push_str(&format!("VALUE [{{\"item\": {item}}}]"));
+        sql.push_str("] AS groupByItems, {");
+        for (i, column) in columns.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&serde_json::Value::from(column.alias.as_str()).to_string());
+            sql.push_str(": ");
+            match (column.aggregate, column.expr) {
+                (Some(kind), Expr::Aggregate(_, arg)) => {
+                    sql.push_str(&partial_aggregate(kind, arg, alias))
+                }
+                _ => sql.push_str(&column.expr.to_sql(alias)),
+            }
+        }
+        sql.push_str("} AS payload");
     } else {
-        match &query.projection {
-            Projection::Star => sql.push('*'),
-            projection => {
-                sql.push_str("VALUE ");
-                write_payload(projection, alias, &mut sql);
+        if query.distinct {
+            sql.push_str("DISTINCT ");
+        }
+        if let Some(top) = query.top {
+            sql.push_str(&format!("TOP {top} "));
+        }
+        if !query.order_by.is_empty() {
+            // `_rid` would make every row distinct.
+            if !query.distinct {
+                sql.push_str(&format!("{alias}._rid, "));
+            }
+            sql.push('[');
+            for (i, (expr, _)) in query.order_by.iter().enumerate() {
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("{{\"item\": {}}}", expr.to_sql(alias)));
+            }
+            sql.push_str("] AS orderByItems, ");
+            write_payload(&query.projection, alias, &mut sql);
+            sql.push_str(" AS payload");
+        } else if let Projection::Value(Expr::Aggregate(kind, arg)) = &query.projection {
+            sql.push_str(&format!("VALUE [{}]", partial_aggregate(*kind, arg, alias)));
+        } else {
+            match &query.projection {
+                Projection::Star => sql.push('*'),
+                projection => {
+                    sql.push_str("VALUE ");
+                    write_payload(projection, alias, &mut sql);
+                }
             }
         }
     }
@@ -177,6 +256,15 @@ pub fn rewritten_query(query: &Query) -> String {
             filter.to_sql_in_and(alias)
         )),
         (None, false) => sql.push_str(&format!(" WHERE ({ORDER_BY_FILTER})")),
+    }
+    if !query.group_by.is_empty() {
+        sql.push_str(" GROUP BY ");
+        for (i, expr) in query.group_by.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&expr.to_sql(alias));
+        }
     }
     if !query.order_by.is_empty() {
         sql.push_str(" ORDER BY ");
@@ -191,7 +279,7 @@ pub fn rewritten_query(query: &Query) -> String {
             });
         }
     }
-    if let Some(ol) = query.offset_limit {
+    if let (Some(ol), None) = (query.offset_limit, &grouped) {
         // The parser reads counts up to u32::MAX.
         let limit = ol.offset.saturating_add(ol.limit).min(u64::from(u32::MAX));
         sql.push_str(&format!(" OFFSET 0 LIMIT {limit}"));
