@@ -37,6 +37,12 @@ pub enum StackError {
         secs: u64,
         log: String,
     },
+    #[error("{name} {why}; see {log}")]
+    NoAddress {
+        name: &'static str,
+        why: String,
+        log: String,
+    },
 }
 
 /// The file, in the logs directory, that lists the components for Prometheus.
@@ -350,25 +356,17 @@ async fn spawn(
         return Err(exited("no stdout".into()));
     };
     let mut lines = BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
-    let announced = match first {
-        Ok(Ok(Some(line))) => line,
-        _ => String::new(),
-    };
-    // The announced line ends with the component's URL (`lifecycle::announce`).
-    let url = announced
-        .rsplit(' ')
-        .next()
-        .and_then(|u| url::Url::parse(u).ok());
-    let Some(url) = url else {
-        let status = child
-            .try_wait()
-            .ok()
-            .flatten()
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| "did not print its address".into());
-        let _ = child.kill().await;
-        return Err(exited(status));
+    let (announced, url) = match read_address(&mut child, &mut lines, ADDRESS_TIMEOUT).await {
+        Ok(found) => found,
+        Err(AddressProblem::Exited(status)) => return Err(exited(status)),
+        Err(AddressProblem::Missing(why)) => {
+            let _ = child.kill().await;
+            return Err(StackError::NoAddress {
+                name,
+                why,
+                log: log_text,
+            });
+        }
     };
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -440,8 +438,57 @@ fn component_command(
     command
 }
 
+/// How long a component may take from its start to printing its address line.
+const ADDRESS_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long a component may take from its address line to answering its readiness route.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a component's address line did not come.
+#[derive(Debug, PartialEq)]
+enum AddressProblem {
+    /// The component exited (with this status) before printing it.
+    Exited(String),
+    /// It is running but printed no address: why, naming the time limit if that was it.
+    Missing(String),
+}
+
+/// The component's first line and the URL it ends with (`lifecycle::announce`).
+async fn read_address(
+    child: &mut Child,
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    limit: Duration,
+) -> Result<(String, url::Url), AddressProblem> {
+    let line = match tokio::time::timeout(limit, lines.next_line()).await {
+        Ok(Ok(Some(line))) => line,
+        Ok(_) => {
+            // Output closed: the component is exiting; give it a moment to be reaped.
+            let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            return match status {
+                Ok(Ok(status)) => Err(AddressProblem::Exited(status.to_string())),
+                _ => Err(AddressProblem::Missing(
+                    "closed its output without printing its address".to_owned(),
+                )),
+            };
+        }
+        Err(_) => {
+            return Err(AddressProblem::Missing(format!(
+                "printed no address within {} s of starting",
+                limit.as_secs_f64()
+            )))
+        }
+    };
+    match line
+        .rsplit(' ')
+        .next()
+        .and_then(|u| url::Url::parse(u).ok())
+    {
+        Some(url) => Ok((line, url)),
+        None => Err(AddressProblem::Missing(format!(
+            "printed {line:?} where its address line was expected"
+        ))),
+    }
+}
 
 /// Polls `ready` until it answers 2xx. `Err(Some(status))`: the child exited;
 /// `Err(None)`: it did not get ready in time.
@@ -485,5 +532,54 @@ impl Component {
     /// The component's process id (`None` once it has been reaped).
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_address` on a real `sh` child running `script`.
+    async fn address_of(script: &str, limit: Duration) -> Result<String, AddressProblem> {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("sh starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        read_address(&mut child, &mut lines, limit)
+            .await
+            .map(|(_, url)| url.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_missing_address_line_is_reported_by_what_happened() {
+        let limit = Duration::from_millis(300);
+        assert_eq!(
+            address_of("echo 'gateway listening on http://127.0.0.1:9/'", limit).await,
+            Ok("http://127.0.0.1:9/".to_owned())
+        );
+        // Still running, silent: the address timeout fired, and the message says so
+        // (it used to say the component had exited).
+        assert_eq!(
+            address_of("sleep 5", limit).await,
+            Err(AddressProblem::Missing(
+                "printed no address within 0.3 s of starting".to_owned()
+            ))
+        );
+        assert_eq!(
+            address_of("echo starting up; sleep 5", limit).await,
+            Err(AddressProblem::Missing(
+                "printed \"starting up\" where its address line was expected".to_owned()
+            ))
+        );
+        assert_eq!(
+            address_of("exit 3", limit).await,
+            Err(AddressProblem::Exited("exit status: 3".to_owned()))
+        );
     }
 }
