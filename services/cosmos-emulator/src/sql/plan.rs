@@ -191,28 +191,21 @@ pub fn rewritten_query(query: &Query) -> String {
     // to the merged groups only.
     let grouped = grouping(query).ok().flatten();
     if let Some(columns) = &grouped {
-        sql.push('[');
-        for (i, expr) in query.group_by.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!("{{\"item\": {}}}", expr.to_sql(alias)));
-        }
-        sql.push_str("] AS groupByItems, {");
-        for (i, column) in columns.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&serde_json::Value::from(column.alias.as_str()).to_string());
-            sql.push_str(": ");
-            match (column.aggregate, column.expr) {
-                (Some(kind), Expr::Aggregate(_, arg)) => {
-                    sql.push_str(&partial_aggregate(kind, arg, alias))
-                }
-                _ => sql.push_str(&column.expr.to_sql(alias)),
-            }
-        }
-        sql.push_str("} AS payload");
+        let payload = columns.iter().map(|column| {
+            let value = match (column.aggregate, column.expr) {
+                (Some(kind), Expr::Aggregate(_, arg)) => partial_aggregate(kind, arg, alias),
+                _ => column.expr.to_sql(alias),
+            };
+            format!(
+                "{}: {value}",
+                serde_json::Value::from(column.alias.as_str())
+            )
+        });
+        sql.push_str(&format!(
+            "{} AS groupByItems, {{{}}} AS payload",
+            items(query.group_by.iter(), alias),
+            comma_separated(payload)
+        ));
     } else {
         if query.distinct {
             sql.push_str("DISTINCT ");
@@ -225,14 +218,8 @@ pub fn rewritten_query(query: &Query) -> String {
             if !query.distinct {
                 sql.push_str(&format!("{alias}._rid, "));
             }
-            sql.push('[');
-            for (i, (expr, _)) in query.order_by.iter().enumerate() {
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!("{{\"item\": {}}}", expr.to_sql(alias)));
-            }
-            sql.push_str("] AS orderByItems, ");
+            sql.push_str(&items(query.order_by.iter().map(|(expr, _)| expr), alias));
+            sql.push_str(" AS orderByItems, ");
             write_payload(&query.projection, alias, &mut sql);
             sql.push_str(" AS payload");
         } else if let Projection::Value(Expr::Aggregate(kind, arg)) = &query.projection {
@@ -258,26 +245,18 @@ pub fn rewritten_query(query: &Query) -> String {
         (None, false) => sql.push_str(&format!(" WHERE ({ORDER_BY_FILTER})")),
     }
     if !query.group_by.is_empty() {
-        sql.push_str(" GROUP BY ");
-        for (i, expr) in query.group_by.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&expr.to_sql(alias));
-        }
+        let keys = query.group_by.iter().map(|expr| expr.to_sql(alias));
+        sql.push_str(&format!(" GROUP BY {}", comma_separated(keys)));
     }
     if !query.order_by.is_empty() {
-        sql.push_str(" ORDER BY ");
-        for (i, (expr, order)) in query.order_by.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&expr.to_sql(alias));
-            sql.push_str(match order {
-                SortOrder::Ascending => " ASC",
-                SortOrder::Descending => " DESC",
-            });
-        }
+        let keys = query.order_by.iter().map(|(expr, order)| {
+            let direction = match order {
+                SortOrder::Ascending => "ASC",
+                SortOrder::Descending => "DESC",
+            };
+            format!("{} {direction}", expr.to_sql(alias))
+        });
+        sql.push_str(&format!(" ORDER BY {}", comma_separated(keys)));
     }
     if let (Some(ol), None) = (query.offset_limit, &grouped) {
         // The parser reads counts up to u32::MAX.
@@ -285,6 +264,16 @@ pub fn rewritten_query(query: &Query) -> String {
         sql.push_str(&format!(" OFFSET 0 LIMIT {limit}"));
     }
     sql
+}
+
+/// `[{"item": a}, {"item": b}, …]`: the sort or group keys beside each row.
+fn items<'e>(exprs: impl Iterator<Item = &'e Expr>, alias: &str) -> String {
+    let items = exprs.map(|expr| format!("{{\"item\": {}}}", expr.to_sql(alias)));
+    format!("[{}]", comma_separated(items))
+}
+
+fn comma_separated(parts: impl Iterator<Item = String>) -> String {
+    parts.collect::<Vec<_>>().join(", ")
 }
 
 /// The projection as one value: `SELECT *` is the document, `SELECT a, b` the object
