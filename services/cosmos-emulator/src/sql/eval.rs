@@ -89,16 +89,20 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
             }
             Some(Cow::Owned(Value::Array(values)))
         }
-        Expr::Object(fields) => {
-            let mut object = serde_json::Map::with_capacity(fields.len());
-            for (name, value) in fields {
-                if let Some(value) = eval(value, doc, params)? {
-                    object.insert(name.clone(), value.into_owned());
-                }
-            }
-            Some(Cow::Owned(Value::Object(object)))
-        }
+        Expr::Object(fields) => Some(Cow::Owned(object(fields, doc, params)?)),
     })
+}
+
+/// An object of `fields` evaluated on `doc`, leaving out the undefined ones: an object
+/// constructor, and the row of `SELECT a, b`.
+pub fn object(fields: &[(String, Expr)], doc: &Value, params: &Params) -> Result<Value, SqlError> {
+    let mut object = serde_json::Map::with_capacity(fields.len());
+    for (name, value) in fields {
+        if let Some(value) = eval(value, doc, params)? {
+            object.insert(name.clone(), value.into_owned());
+        }
+    }
+    Ok(Value::Object(object))
 }
 
 /// True when `filter` evaluates to exactly `true` for `doc`.
@@ -323,8 +327,21 @@ pub fn compare(a: &Value, b: &Value) -> Option<Ordering> {
     }
 }
 
-/// Cosmos's cross-type order (used by MIN/MAX): null < false/true < numbers < strings.
-pub fn type_rank(v: &Value) -> u8 {
+/// Cosmos's order across types, for `ORDER BY`, `MIN` and `MAX`: undefined < null <
+/// booleans < numbers < strings < arrays < objects; within a type, by value (arrays and
+/// objects tie).
+pub fn sort_order(a: Option<&Value>, b: Option<&Value>) -> Ordering {
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(a), Some(b)) => type_rank(a)
+            .cmp(&type_rank(b))
+            .then_with(|| compare(a, b).unwrap_or(Ordering::Equal)),
+    }
+}
+
+fn type_rank(v: &Value) -> u8 {
     match v {
         Value::Null => 0,
         Value::Bool(_) => 1,
@@ -375,8 +392,7 @@ impl Accumulator {
                 let replace = match &self.extreme {
                     None => true,
                     Some(current) => {
-                        let ord = compare(value, current)
-                            .unwrap_or_else(|| type_rank(value).cmp(&type_rank(current)));
+                        let ord = sort_order(Some(value), Some(current));
                         if self.kind == Aggregate::Min {
                             ord == Ordering::Less
                         } else {

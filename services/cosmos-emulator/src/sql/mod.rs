@@ -23,7 +23,7 @@ use serde_json::Value;
 pub use eval::{matches, Params};
 pub use parser::{parse, Expr, OffsetLimit, Projection, Query, SortOrder};
 
-use eval::Accumulator;
+use eval::{sort_order, Accumulator};
 use parser::{BinaryOp, PathStep};
 
 /// A query the emulator cannot parse or run; becomes a `400 BadRequest`.
@@ -189,7 +189,7 @@ impl PreparedQuery {
         for group in groups {
             let mut results = group.accumulators.iter().map(Accumulator::finish);
             let mut projection = self.query.projection.clone();
-            for expr in projection_exprs_mut(&mut projection) {
+            for expr in projection.exprs_mut() {
                 substitute_aggregates(expr, &mut results);
             }
             rows.extend(project(&projection, group.first, &self.params)?);
@@ -250,24 +250,8 @@ fn project(
     Ok(match projection {
         Projection::Star => Some(doc.clone()),
         Projection::Value(expr) => eval::eval(expr, doc, params)?.map(std::borrow::Cow::into_owned),
-        Projection::Fields(fields) => {
-            let mut row = serde_json::Map::with_capacity(fields.len());
-            for (name, expr) in fields {
-                if let Some(value) = eval::eval(expr, doc, params)? {
-                    row.insert(name.clone(), value.into_owned());
-                }
-            }
-            Some(Value::Object(row))
-        }
+        Projection::Fields(fields) => Some(eval::object(fields, doc, params)?),
     })
-}
-
-fn projection_exprs_mut(projection: &mut Projection) -> Vec<&mut Expr> {
-    match projection {
-        Projection::Star => Vec::new(),
-        Projection::Value(expr) => vec![expr],
-        Projection::Fields(fields) => fields.iter_mut().map(|(_, expr)| expr).collect(),
-    }
 }
 
 /// The aggregates of `expr` in source order (not looking inside an aggregate).
@@ -291,19 +275,6 @@ fn substitute_aggregates(expr: &mut Expr, results: &mut impl Iterator<Item = Opt
         substitute_aggregates(child, results);
         Ok(())
     });
-}
-
-/// Cosmos's order for `ORDER BY` across types: undefined < null < booleans < numbers <
-/// strings < arrays < objects; within a type, by value (arrays and objects tie).
-pub fn sort_order(a: Option<&Value>, b: Option<&Value>) -> Ordering {
-    match (a, b) {
-        (None, None) => Ordering::Equal,
-        (None, Some(_)) => Ordering::Less,
-        (Some(_), None) => Ordering::Greater,
-        (Some(a), Some(b)) => eval::type_rank(a)
-            .cmp(&eval::type_rank(b))
-            .then_with(|| eval::compare(a, b).unwrap_or(Ordering::Equal)),
-    }
 }
 
 /// A text that is equal for equal values: object keys sorted, numbers by value.
@@ -697,7 +668,7 @@ mod tests {
         let rewritten = info["rewrittenQuery"]
             .as_str()
             .expect("rewritten")
-            .replace("{documentdb-formattableorderbyquery-filter}", "true");
+            .replace(plan::ORDER_BY_FILTER, "true");
         let mut streams: Vec<Vec<Value>> = (0..parts)
             .map(|p| {
                 let part: Vec<Value> = docs.iter().skip(p).step_by(parts).cloned().collect();
@@ -850,11 +821,16 @@ mod tests {
             .collect()
     }
 
+    /// Documents with groups (`g`), repeating numbers (`n`) and strings (`s`).
+    fn forty_docs() -> Vec<Value> {
+        (0..40)
+            .map(|i| json!({"id": format!("d{i:02}"), "g": i % 4, "n": (i * 7) % 11, "s": format!("s{}", i % 5)}))
+            .collect()
+    }
+
     #[test]
     fn grouped_queries_merge_across_partitions_to_the_single_partition_answer() {
-        let docs: Vec<Value> = (0..40)
-            .map(|i| json!({"id": format!("d{i:02}"), "g": i % 4, "n": (i * 7) % 11, "s": format!("s{}", i % 5)}))
-            .collect();
+        let docs = forty_docs();
         // Numbers compare by value: partitions sum to 12.0 where one partition says 12.
         let normalise = |rows: Vec<Value>| {
             let mut keys: Vec<String> = rows.iter().map(canonical).collect();
@@ -875,9 +851,7 @@ mod tests {
 
     #[test]
     fn the_plans_rewritten_queries_merge_to_the_single_partition_answer() {
-        let docs: Vec<Value> = (0..40)
-            .map(|i| json!({"id": format!("d{i:02}"), "g": i % 4, "n": (i * 7) % 11, "s": format!("s{}", i % 5)}))
-            .collect();
+        let docs = forty_docs();
         for query in [
             "SELECT * FROM c ORDER BY c.n DESC, c.id",
             "SELECT VALUE c.id FROM c WHERE c.g != 1 ORDER BY c.s, c.n DESC, c.id",

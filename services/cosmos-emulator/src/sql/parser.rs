@@ -183,6 +183,30 @@ pub enum Projection {
     Fields(Vec<(String, Expr)>),
 }
 
+impl Projection {
+    /// Its expressions, in order (none for `SELECT *`).
+    pub fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        let (value, fields) = match self {
+            Projection::Star => (None, &[][..]),
+            Projection::Value(expr) => (Some(expr), &[][..]),
+            Projection::Fields(fields) => (None, fields.as_slice()),
+        };
+        value.into_iter().chain(fields.iter().map(|(_, expr)| expr))
+    }
+
+    /// [`Projection::exprs`], mutable.
+    pub fn exprs_mut(&mut self) -> impl Iterator<Item = &mut Expr> {
+        let (value, fields) = match self {
+            Projection::Star => (None, &mut [][..]),
+            Projection::Value(expr) => (Some(expr), &mut [][..]),
+            Projection::Fields(fields) => (None, fields.as_mut_slice()),
+        };
+        value
+            .into_iter()
+            .chain(fields.iter_mut().map(|(_, expr)| expr))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query {
     pub distinct: bool,
@@ -208,12 +232,7 @@ impl Query {
 
     /// The projection's expressions (none for `SELECT *`).
     pub fn projection_exprs(&self) -> impl Iterator<Item = &Expr> {
-        let (value, fields) = match &self.projection {
-            Projection::Star => (None, &[][..]),
-            Projection::Value(expr) => (Some(expr), &[][..]),
-            Projection::Fields(fields) => (None, fields.as_slice()),
-        };
-        value.into_iter().chain(fields.iter().map(|(_, expr)| expr))
+        self.projection.exprs()
     }
 
     /// True when rows can be returned as documents are read, so a page resumes at a
@@ -777,23 +796,12 @@ impl Query {
     /// becomes [`Expr::Root`]; any other root identifier is an error.
     fn bind_alias(mut self) -> Result<Query, SqlError> {
         let alias = self.alias.clone();
-        let bind = |expr: &mut Expr| bind_expr(expr, &alias);
-        match &mut self.projection {
-            Projection::Star => {}
-            Projection::Value(expr) => bind(expr)?,
-            Projection::Fields(fields) => {
-                for (_, expr) in fields {
-                    bind(expr)?;
-                }
-            }
-        }
-        if let Some(filter) = &mut self.filter {
-            bind(filter)?;
-        }
-        self.group_by.iter_mut().try_for_each(bind)?;
-        self.order_by
-            .iter_mut()
-            .try_for_each(|(expr, _)| bind(expr))?;
+        self.projection
+            .exprs_mut()
+            .chain(&mut self.filter)
+            .chain(&mut self.group_by)
+            .chain(self.order_by.iter_mut().map(|(expr, _)| expr))
+            .try_for_each(|expr| bind_expr(expr, &alias))?;
         Ok(self)
     }
 }

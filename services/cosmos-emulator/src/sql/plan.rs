@@ -19,7 +19,7 @@ use super::print::write_object;
 use super::SqlError;
 
 /// The `ORDER BY` placeholder an SDK fills with its resume filter (`true` at first).
-const ORDER_BY_FILTER: &str = "{documentdb-formattableorderbyquery-filter}";
+pub const ORDER_BY_FILTER: &str = "{documentdb-formattableorderbyquery-filter}";
 
 /// The query-pipeline features `query` needs, by the names SDKs declare them with.
 pub fn required_features(query: &Query) -> Vec<&'static str> {
@@ -69,7 +69,7 @@ pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value,
         }
     }
     let grouping = grouping(query)?;
-    let rewritten = rewritten_query(query);
+    let rewritten = rewritten_query(query, grouping.as_deref());
     // The rewritten query nests sort keys and payloads a level or two deeper than the
     // query did; one at the edge of the parser's depth limit cannot be run.
     if let Err(e) = super::parse(&rewritten.replace(ORDER_BY_FILTER, "true")) {
@@ -183,14 +183,14 @@ fn aggregate_type(kind: Aggregate) -> &'static str {
     }
 }
 
-/// The query each partition runs so that the SDK can merge the results.
-pub fn rewritten_query(query: &Query) -> String {
+/// The query each partition runs so that the SDK can merge the results; `grouped` is
+/// [`grouping`]'s answer for `query`.
+fn rewritten_query(query: &Query, grouped: Option<&[GroupColumn<'_>]>) -> String {
     let alias = query.alias.as_str();
     let mut sql = String::from("SELECT ");
     // A group must be whole in each partition's answer: TOP, DISTINCT and OFFSET apply
     // to the merged groups only.
-    let grouped = grouping(query).ok().flatten();
-    if let Some(columns) = &grouped {
+    if let Some(columns) = grouped {
         let payload = columns.iter().map(|column| {
             let value = match (column.aggregate, column.expr) {
                 (Some(kind), Expr::Aggregate(_, arg)) => partial_aggregate(kind, arg, alias),
@@ -258,7 +258,7 @@ pub fn rewritten_query(query: &Query) -> String {
         });
         sql.push_str(&format!(" ORDER BY {}", comma_separated(keys)));
     }
-    if let (Some(ol), None) = (query.offset_limit, &grouped) {
+    if let (Some(ol), None) = (query.offset_limit, grouped) {
         // The parser reads counts up to u32::MAX.
         let limit = ol.offset.saturating_add(ol.limit).min(u64::from(u32::MAX));
         sql.push_str(&format!(" OFFSET 0 LIMIT {limit}"));

@@ -210,7 +210,8 @@ impl PartitionData {
         max_items: usize,
     ) -> Result<PartitionPage, SqlError> {
         let mut page = PartitionPage::default();
-        let from = if query.query.is_streaming() {
+        let streaming = query.query.is_streaming();
+        let from = if streaming {
             position.saturating_add(1)
         } else {
             0
@@ -223,7 +224,7 @@ impl PartitionData {
             ),
             None => Box::new(self.by_seq.range(from..).map(|(s, d)| (*s, d))),
         };
-        if !query.query.is_streaming() {
+        if !streaming {
             let mut matching = Vec::new();
             for (_, doc) in candidates {
                 if indexed.is_none() {
