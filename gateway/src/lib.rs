@@ -145,7 +145,11 @@ impl AppState {
                 Section::Utilization,
                 endpoint(&args.utilization_url, routes::UTILIZATION),
             ),
-            in_flight: AdaptiveLimit::new(limit::FLOOR, concurrency),
+            in_flight: AdaptiveLimit::new(
+                limit::FLOOR,
+                concurrency,
+                metrics.concurrency_limit_gauge(),
+            ),
             instrumentation,
             metrics,
         }))
@@ -180,12 +184,10 @@ async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: N
             if response.status().is_success() {
                 permit.answered();
             }
-            state.metrics.concurrency_limit(state.in_flight.current());
             response
         }
         None => {
             state.metrics.invoice(InvoiceOutcome::Shed);
-            state.metrics.concurrency_limit(state.in_flight.current());
             Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
                 .with_detail("too many invoice requests in flight; retry shortly")
                 .with_retry_after(1)

@@ -17,6 +17,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prometheus_client::metrics::gauge::Gauge;
+
 /// Never shed below this many requests in flight.
 pub const FLOOR: usize = 64;
 /// How long one window of the best-latency estimate lasts.
@@ -32,6 +34,9 @@ pub struct AdaptiveLimit {
     floor: usize,
     ceiling: usize,
     state: Mutex<State>,
+    /// The whole part of the limit, set whenever it changes (`gateway_concurrency_limit`);
+    /// reading it needs no lock.
+    gauge: Gauge,
 }
 
 #[derive(Debug)]
@@ -55,9 +60,11 @@ pub struct Permit {
 }
 
 impl AdaptiveLimit {
-    /// Starts at `ceiling` (nothing is known yet) and adapts within `[floor, ceiling]`.
-    pub fn new(floor: usize, ceiling: usize) -> Arc<Self> {
+    /// Starts at `ceiling` (nothing is known yet) and adapts within `[floor, ceiling]`,
+    /// showing the limit in `gauge`.
+    pub fn new(floor: usize, ceiling: usize, gauge: Gauge) -> Arc<Self> {
         let ceiling = ceiling.max(1);
+        gauge.set(i64::try_from(ceiling).unwrap_or(i64::MAX));
         Arc::new(Self {
             floor: floor.clamp(1, ceiling),
             ceiling,
@@ -68,6 +75,7 @@ impl AdaptiveLimit {
                 previous_best: None,
                 window_started: Instant::now(),
             }),
+            gauge,
         })
     }
 
@@ -86,8 +94,9 @@ impl AdaptiveLimit {
     }
 
     /// The current limit (requests in flight beyond it are shed).
-    pub fn current(&self) -> usize {
-        self.lock().limit as usize
+    #[cfg(test)]
+    fn current(&self) -> usize {
+        usize::try_from(self.gauge.get()).unwrap_or(0)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -116,6 +125,7 @@ impl AdaptiveLimit {
         } else {
             (state.limit + 1.0 / state.limit).min(ceiling)
         };
+        self.gauge.set(state.limit as i64);
     }
 }
 
@@ -152,7 +162,7 @@ mod tests {
 
     #[test]
     fn queued_answers_shrink_the_limit_to_the_floor_and_fast_ones_grow_it_back() {
-        let limit = AdaptiveLimit::new(8, 100);
+        let limit = AdaptiveLimit::new(8, 100, Gauge::default());
         assert_eq!(
             round(&limit, Duration::from_millis(20)),
             100,
@@ -174,7 +184,7 @@ mod tests {
 
     #[test]
     fn a_dropped_permit_frees_its_slot_without_a_sample() {
-        let limit = AdaptiveLimit::new(1, 2);
+        let limit = AdaptiveLimit::new(1, 2, Gauge::default());
         let a = limit.try_acquire().expect("first");
         let _b = limit.try_acquire().expect("second");
         assert!(limit.try_acquire().is_none(), "the limit is 2");

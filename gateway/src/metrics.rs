@@ -121,9 +121,9 @@ impl GatewayMetrics {
             .inc();
     }
 
-    pub fn concurrency_limit(&self, limit: usize) {
-        self.concurrency_limit
-            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+    /// The `gateway_concurrency_limit` gauge, for the adaptive limit to keep current.
+    pub fn concurrency_limit_gauge(&self) -> Gauge {
+        self.concurrency_limit.clone()
     }
 
     pub fn backend_call(&self, backend: &'static str, outcome: CallOutcome, seconds: f64) {
