@@ -76,7 +76,7 @@ fn signed(method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> 
         (segments[segments.len() - 2].to_owned(), trimmed.to_owned())
     };
     let key = base64::engine::general_purpose::STANDARD
-        .decode(cosmos_emulator::PUBLIC_EMULATOR_KEY)
+        .decode(dronelab_contract::PUBLIC_EMULATOR_KEY)
         .ok()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
     mac.update(

@@ -3,7 +3,7 @@
 //! documents of every JSON shape, and plans, without panicking or overflowing the stack.
 #![no_main]
 
-use cosmos_emulator::sql::{plan, PreparedQuery, QueryParameter, QuerySpec};
+use cosmos_engine::sql::{plan, PreparedQuery, QueryParameter, QuerySpec};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 

@@ -24,6 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use dronelab_contract::telemetry::attribute;
 use dronelab_contract::{routes, Invoice, OwnerMonth, Section, SectionError, Service};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::KeyValue;
@@ -225,7 +226,7 @@ async fn invoice(
     let partial = !errors.is_empty();
     if partial {
         cx.span()
-            .set_attribute(KeyValue::new("dronelab.invoice.partial", true));
+            .set_attribute(KeyValue::new(attribute::INVOICE_PARTIAL, true));
         tracing::debug!(?errors, "answering a partial invoice");
         state.metrics.invoice(InvoiceOutcome::Partial);
     } else {

@@ -2,6 +2,7 @@
 //! invoice answers by outcome, and every backend call's latency and outcome as the
 //! gateway saw it (retries included).
 
+use dronelab_contract::telemetry::metric;
 use std::fmt::Write as _;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -98,17 +99,17 @@ impl GatewayMetrics {
             concurrency_limit: Gauge::default(),
         };
         registry.register(
-            "gateway_concurrency_limit",
+            metric::GATEWAY_CONCURRENCY_LIMIT,
             "Invoice requests the gateway admits at once now (adaptive: lower while answers slow down)",
             metrics.concurrency_limit.clone(),
         );
         registry.register(
-            "gateway_invoices",
+            metric::registered(metric::GATEWAY_INVOICES),
             "Invoice requests by outcome: complete, partial (a section missing), shed (503 when overloaded) or error",
             metrics.invoices.clone(),
         );
         registry.register(
-            "gateway_backend_call_duration_seconds",
+            metric::GATEWAY_BACKEND_CALL_DURATION,
             "Backend calls as the gateway saw them (retries included), by backend and outcome",
             metrics.backend_calls.clone(),
         );

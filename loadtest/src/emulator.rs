@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use cosmos_kit::SecretString;
+use dronelab_study::{SeedArgs, SeedError};
 
 /// The emulator's counters for one container.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +33,15 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 impl EmulatorAdmin {
     pub fn new(http: reqwest::Client, base: url::Url, key: SecretString) -> Self {
         Self { http, base, key }
+    }
+
+    /// The local stack's emulator (which has the public emulator key).
+    pub fn of_stack(stack: &local_stack::Stack) -> Self {
+        Self::new(
+            reqwest::Client::new(),
+            stack.emulator.url.clone(),
+            SecretString::public_emulator_key(),
+        )
     }
 
     /// The emulator behind `endpoint`, or `None` when it is another Cosmos DB (Azure).
@@ -122,17 +132,22 @@ impl EmulatorAdmin {
     }
 }
 
-/// Seeds with the emulator's latency model off when there is one.
-pub async fn seed(
-    emulator: Option<&EmulatorAdmin>,
-    args: &crate::seed::SeedArgs,
-) -> Result<usize, crate::seed::SeedError> {
+/// Seeds with the emulator's latency model off when there is one (seconds instead of
+/// minutes), showing progress; prints how long it took.
+pub async fn seed(emulator: Option<&EmulatorAdmin>, args: &SeedArgs) -> Result<usize, SeedError> {
     if let Some(e) = emulator {
         e.set_latency(false).await;
     }
-    let seeded = crate::seed::seed(args, true).await;
+    let started = std::time::Instant::now();
+    let seeded = dronelab_study::seed::seed(args, true).await;
     if let Some(e) = emulator {
         e.set_latency(true).await;
+    }
+    if let Ok(written) = &seeded {
+        eprintln!(
+            "seeded {written} documents in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     seeded
 }

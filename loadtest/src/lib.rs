@@ -1,22 +1,13 @@
-//! `loadtest`: dronelab's main job. Seeds the data, drives load against the gateway,
-//! starts the local stack, and runs the four tuning stages of the study into a report.
+//! `loadtest`: dronelab's main job, the command line over the lab's parts. It seeds the
+//! data (`dronelab-study`), drives load (`loadgen`), starts the local stack
+//! (`local-stack`) or works on a cluster (`cluster`, with `k8s-manifests`), runs the
+//! study's tuning stages (`tune`), names each stage's bottleneck from its traces
+//! (`trace-analysis`), and writes the report (`report`).
 
-pub mod calibration;
 pub mod cli;
 pub mod cluster;
-mod connection;
-pub mod data;
 pub mod diagnose;
 pub mod emulator;
-pub mod load;
-pub mod profile;
 pub mod promtext;
-pub mod record;
 pub mod report;
-pub mod resources;
-pub mod seed;
-pub mod shard;
-pub mod stack;
-pub mod stages;
-pub mod study;
 pub mod tune;

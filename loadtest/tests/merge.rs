@@ -8,7 +8,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use loadtest::record::{latency_histogram, LoadRecord, LoadSummary, Percentiles};
+use loadgen::record::{latency_histogram, LoadRecord, LoadSummary, Percentiles};
 
 const SHARDS: u32 = 3;
 

@@ -1,6 +1,7 @@
 //! A client of a Jaeger-compatible query API (the trace viewer, or Jaeger's query
 //! service) that reads an entry operation's traces in a time window and diagnoses them.
 
+use dronelab_contract::telemetry::attribute;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -136,7 +137,7 @@ impl TraceApi {
         });
         q.push((
             "tags",
-            serde_json::json!({ "db.response.status_code": "429" }).to_string(),
+            serde_json::json!({ attribute::DB_RESPONSE_STATUS_CODE: "429" }).to_string(),
         ));
         let found: Envelope<Vec<Trace>> = self.get("api/traces", &q).await?;
         Ok(
@@ -188,7 +189,7 @@ pub async fn diagnose_window(
     let has_429 = |t: &Trace| {
         t.spans
             .iter()
-            .any(|s| s.tag_text("db.response.status_code").as_deref() == Some("429"))
+            .any(|s| s.tag_text(attribute::DB_RESPONSE_STATUS_CODE).as_deref() == Some("429"))
     };
     let throttled = match entry.iter().find(|t| has_429(t)) {
         Some(t) => Some(t.trace_id.clone()),

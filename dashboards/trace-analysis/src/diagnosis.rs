@@ -11,6 +11,7 @@
 //! 4. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
 //!    the round trip and the services' own work → scale out on CPU if it saturates.
 
+use dronelab_contract::telemetry::attribute;
 use serde::{Deserialize, Serialize};
 
 use crate::jaeger::Trace;
@@ -216,7 +217,7 @@ pub fn entry_traces<'a>(traces: &'a [Trace], service: &str, operation: &str) -> 
             t.root().is_some_and(|r| {
                 t.service_of(r) == service
                     && r.operation_name == operation
-                    && r.tag_text("http.response.status_code").as_deref() == Some("200")
+                    && r.tag_text(attribute::HTTP_RESPONSE_STATUS_CODE).as_deref() == Some("200")
             })
         })
         .collect()

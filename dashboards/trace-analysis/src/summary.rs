@@ -7,12 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::jaeger::{Span, Trace};
+use dronelab_contract::telemetry::attribute::{
+    COSMOS_PARTITION_KEY_RANGE_ID as RANGE, COSMOS_REQUEST_CHARGE as CHARGE,
+    DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, SPAN_KIND,
+};
+use dronelab_contract::telemetry::COSMOS_DB_SYSTEM;
 
-pub const COSMOS_SYSTEM: &str = "azure.cosmosdb";
-const STATUS: &str = "db.response.status_code";
-const CHARGE: &str = "azure.cosmosdb.operation.request_charge";
-const RANGE: &str = "azure.cosmosdb.partition_key_range_id";
+use crate::jaeger::{Span, Trace};
 
 /// Cosmos activity and server time of one service within a trace.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -73,7 +74,7 @@ impl TraceSummary {
 }
 
 pub fn is_cosmos_attempt(span: &Span) -> bool {
-    span.tag_text("db.system.name").as_deref() == Some(COSMOS_SYSTEM) && span.tag(STATUS).is_some()
+    span.tag_text(DB_SYSTEM_NAME).as_deref() == Some(COSMOS_DB_SYSTEM) && span.tag(STATUS).is_some()
 }
 
 fn is_throttled(span: &Span) -> bool {
@@ -81,7 +82,7 @@ fn is_throttled(span: &Span) -> bool {
 }
 
 fn is_error(span: &Span) -> bool {
-    span.tag("error") == Some(&serde_json::Value::Bool(true))
+    span.tag(ERROR) == Some(&serde_json::Value::Bool(true))
 }
 
 /// Most intervals `[start, end)` overlapping at one instant.
@@ -162,7 +163,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
                 service: (*service).to_owned(),
                 server_time_us: spans
                     .iter()
-                    .filter(|s| s.tag_text("span.kind").as_deref() == Some("server"))
+                    .filter(|s| s.tag_text(SPAN_KIND).as_deref() == Some("server"))
                     .map(|s| s.duration)
                     .sum(),
                 cosmos_attempts: attempts.len(),
@@ -261,7 +262,7 @@ mod tests {
             start,
             duration,
             &[
-                ("db.system.name", COSMOS_SYSTEM),
+                ("db.system.name", COSMOS_DB_SYSTEM),
                 (STATUS, status),
                 (CHARGE, "2.5"),
                 (RANGE, range),

@@ -74,18 +74,8 @@ impl IntoResponse for ApiProblem {
     }
 }
 
-/// The viewer's own CPU and memory, so a dashboard shows what tracing costs.
-async fn metrics() -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        lifecycle::process::prometheus_text(),
-    )
-}
-
 pub fn router(store: Arc<Store>) -> Router {
+    let metrics = lifecycle::metrics::MetricsRegistry::default();
     Router::new()
         .route("/api/services", get(services))
         .route(
@@ -97,10 +87,12 @@ pub fn router(store: Arc<Store>) -> Router {
         .route("/api/traces/{trace_id}", get(get_trace))
         .route("/api/traces/{trace_id}/summary", get(trace_summary))
         .route("/api/stats", get(stats))
-        .route("/metrics", get(metrics))
+        // The viewer's own CPU and memory, so a dashboard shows what tracing costs.
+        .route("/metrics", metrics.route())
         .route("/", get(index))
         .route("/search", get(index))
         .route("/trace/{trace_id}", get(index))
+        .route("/assets/names.js", get(names_js))
         .route("/assets/app.js", get(app_js))
         .route("/assets/style.css", get(style_css))
         .route("/healthz", get(|| async { "ok" }))
@@ -210,6 +202,22 @@ async fn app_js() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
         include_str!("ui/app.js"),
+    )
+}
+
+/// The telemetry names the UI reads spans by, from dronelab-contract: one definition
+/// for the services that write them and the page that reads them.
+async fn names_js() -> impl IntoResponse {
+    use dronelab_contract::telemetry::attribute;
+    let names = serde_json::json!({
+        "ERROR": attribute::ERROR,
+        "DB_RESPONSE_STATUS_CODE": attribute::DB_RESPONSE_STATUS_CODE,
+        "COSMOS_REQUEST_CHARGE": attribute::COSMOS_REQUEST_CHARGE,
+        "COSMOS_PARTITION_KEY_RANGE_ID": attribute::COSMOS_PARTITION_KEY_RANGE_ID,
+    });
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        format!("\"use strict\";\nconst NAMES = Object.freeze({names});\n"),
     )
 }
 

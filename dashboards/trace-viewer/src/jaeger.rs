@@ -1,6 +1,7 @@
 //! Stored traces rendered in the Jaeger query API's shape (the model is
 //! `trace_analysis::jaeger`).
 
+use dronelab_contract::telemetry::attribute;
 use trace_analysis::jaeger::{KeyValue, Log, Process, Reference, Span, Trace};
 
 use crate::store::{self, to_hex, StatusCode, StoredSpan};
@@ -79,21 +80,21 @@ fn span_from_stored(trace_id: &str, span: &StoredSpan, process_id: String) -> Sp
         .map(|a| kv(&a.key, &a.value))
         .collect();
     if let Some(kind) = span.kind.jaeger_name() {
-        tags.push(string_kv("span.kind", kind));
+        tags.push(string_kv(attribute::SPAN_KIND, kind));
     }
     if let Some(scope) = &span.scope {
-        tags.push(string_kv("otel.scope.name", scope));
+        tags.push(string_kv(attribute::OTEL_SCOPE_NAME, scope));
     }
     match span.status {
         StatusCode::Error => {
-            tags.push(string_kv("otel.status_code", "ERROR"));
-            tags.push(kv("error", &store::Value::Bool(true)));
+            tags.push(string_kv(attribute::OTEL_STATUS_CODE, "ERROR"));
+            tags.push(kv(attribute::ERROR, &store::Value::Bool(true)));
         }
-        StatusCode::Ok => tags.push(string_kv("otel.status_code", "OK")),
+        StatusCode::Ok => tags.push(string_kv(attribute::OTEL_STATUS_CODE, "OK")),
         StatusCode::Unset => {}
     }
     if let Some(message) = &span.status_message {
-        tags.push(string_kv("otel.status_description", message));
+        tags.push(string_kv(attribute::OTEL_STATUS_DESCRIPTION, message));
     }
     let mut references: Vec<Reference> = span
         .parent

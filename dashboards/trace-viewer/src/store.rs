@@ -6,6 +6,7 @@
 //! repeat in every span (attribute keys, span names, short values such as
 //! `azure.cosmosdb`) are interned, which is most of what keeps a span small.
 
+use dronelab_contract::telemetry::attribute;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -137,9 +138,9 @@ impl StoredSpan {
     /// process's, or the tags Jaeger derives (`error`, `span.kind`, `otel.status_code`).
     pub fn has_tag(&self, key: &str, value: &str) -> bool {
         let derived = match key {
-            "error" => Some(self.status == StatusCode::Error && value == "true"),
-            "span.kind" => Some(self.kind.jaeger_name() == Some(value)),
-            "otel.status_code" => Some(match self.status {
+            attribute::ERROR => Some(self.status == StatusCode::Error && value == "true"),
+            attribute::SPAN_KIND => Some(self.kind.jaeger_name() == Some(value)),
+            attribute::OTEL_STATUS_CODE => Some(match self.status {
                 StatusCode::Ok => value == "OK",
                 StatusCode::Error => value == "ERROR",
                 StatusCode::Unset => false,

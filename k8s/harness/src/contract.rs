@@ -686,8 +686,8 @@ fn check_disruption_budget(manifests: &Manifests, workloads: &[Workload]) -> Vec
 /// overlay must set. Returns the problems.
 pub fn check_stage(
     manifests: &Manifests,
-    stage: &loadtest::stages::Stage,
-    model: &loadtest::calibration::EmulatorModel,
+    stage: &dronelab_study::Stage,
+    model: &dronelab_study::EmulatorModel,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     let workloads = manifests.workloads();

@@ -3,9 +3,14 @@
 //! - [`render`]: `kubectl kustomize` an overlay and read the objects;
 //! - [`contract`]: check a render against the binaries it runs (environment, ports,
 //!   probes, Services, labels, security, the stage knobs);
+//! - [`workload`]: Deployments and StatefulSets as pod templates run `replicas` times,
+//!   with each container's environment resolved as the kubelet does;
+//! - [`image`]: the project's image built where no base image can be pulled;
 //! - [`podman`]: run a render's workloads as containers on a podman network, one
 //!   container per replica under its Service's name, with the probes as gates — and
-//!   re-apply another overlay the way a rollout would.
+//!   re-apply another overlay the way a rollout would;
+//! - [`proof`]: the whole proof that the manifests run (the image, the local overlays
+//!   as containers, the quick tuning run against them, the verdicts).
 
 pub mod contract;
 pub mod image;
@@ -16,10 +21,9 @@ pub mod workload;
 
 use std::path::{Path, PathBuf};
 
-/// The repository's `k8s/` directory.
 /// The load generators' Job, as YAML with a header saying where it comes from.
 pub fn loadgen_yaml() -> Result<String, String> {
-    let job = loadtest::cluster::loadgen::LoadgenJob::default().job();
+    let job = k8s_manifests::LoadgenJob::default().job();
     let yaml = serde_saphyr::to_string(&job).map_err(|e| e.to_string())?;
     Ok(format!(
         "# The distributed load generator: an Indexed Job of 4 pods, each driving its shard of\n\
@@ -29,6 +33,7 @@ pub fn loadgen_yaml() -> Result<String, String> {
     ))
 }
 
+/// The repository's `k8s/` directory.
 pub fn k8s_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -47,10 +52,10 @@ pub fn repo_root() -> PathBuf {
 /// Every overlay a user applies, relative to `k8s/overlays`: one per stage, the same
 /// stages with the emulator under `local/`, and `production`.
 pub fn overlays() -> Vec<String> {
-    overlays_of(&loadtest::stages::builtin().unwrap_or_default())
+    overlays_of(&dronelab_study::stages::builtin().unwrap_or_default())
 }
 
-fn overlays_of(stages: &[loadtest::stages::Stage]) -> Vec<String> {
+fn overlays_of(stages: &[dronelab_study::Stage]) -> Vec<String> {
     let mut out: Vec<String> = stages.iter().map(|s| s.name.clone()).collect();
     out.extend(stages.iter().map(|s| format!("local/{}", s.name)));
     out.push("production".into());
@@ -64,8 +69,8 @@ pub fn check_overlays(
     overlays_dir: &Path,
     mut each: impl FnMut(&str, &render::Manifests),
 ) -> Result<Vec<String>, render::RenderError> {
-    let stages = loadtest::stages::builtin().unwrap_or_default();
-    let model = loadtest::calibration::EmulatorModel::default();
+    let stages = dronelab_study::stages::builtin().unwrap_or_default();
+    let model = dronelab_study::EmulatorModel::default();
     let mut problems = Vec::new();
     let mut present: Vec<String> = Vec::new();
     for dir in [overlays_dir.to_path_buf(), overlays_dir.join("local")] {

@@ -73,7 +73,7 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     let started = Instant::now();
     let lab = Lab::new(&args.lab);
     let overlays = crate::k8s_dir().join("overlays/local");
-    let stages = loadtest::stages::builtin().map_err(|e| e.to_string())?;
+    let stages = dronelab_study::stages::builtin().map_err(|e| e.to_string())?;
     let (first, last) = match (stages.first(), stages.last()) {
         (Some(first), Some(last)) => (first, last),
         _ => return Err("no stages".into()),
@@ -421,7 +421,7 @@ fn check_trace(trace: &Value) -> Result<(), String> {
 
 /// One invoice through the gateway, which must be complete.
 async fn invoice(gateway: &url::Url) -> Result<String, String> {
-    let owner = loadtest::data::DataSet::owner_id(0);
+    let owner = dronelab_study::DataSet::owner_id(0);
     let url = gateway
         .join(&format!("api/invoices?ownerId={owner}&year=2026&month=12"))
         .map_err(|e| e.to_string())?;

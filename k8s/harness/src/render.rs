@@ -60,7 +60,7 @@ pub fn kubectl() -> Option<PathBuf> {
 /// renders a stage).
 pub fn render_yaml(dir: &Path) -> Result<String, RenderError> {
     kubectl().ok_or(RenderError::NoKubectl)?;
-    loadtest::cluster::manifests::render(dir).map_err(RenderError::Kustomize)
+    k8s_manifests::overlay::render(dir).map_err(RenderError::Kustomize)
 }
 
 /// Renders `dir` and reads the objects.

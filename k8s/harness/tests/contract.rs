@@ -2,8 +2,8 @@
 //! real `kubectl kustomize` and checked; manifests broken on purpose are caught; and the
 //! probe paths are served by the real routers of the binaries.
 //!
-//! Without kubectl the render tests are skipped with a note, unless
-//! `DRONELAB_REQUIRE_KUBECTL=1` (CI sets it) makes a missing kubectl a failure.
+//! The render tests need kubectl, so `cargo test` ignores them and `.ci/run` runs them
+//! (`-- --ignored`), where a missing kubectl fails them.
 
 use std::path::Path;
 
@@ -17,16 +17,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use service_kit::Telemetry;
 use tower::ServiceExt;
 
-fn kubectl_available() -> bool {
-    if render::kubectl().is_some() {
-        return true;
-    }
+fn require_kubectl() {
     assert!(
-        std::env::var("DRONELAB_REQUIRE_KUBECTL").as_deref() != Ok("1"),
-        "kubectl is required (DRONELAB_REQUIRE_KUBECTL=1) but not found"
+        render::kubectl().is_some(),
+        "kubectl not found (install it, or set KUBECTL)"
     );
-    eprintln!("skipped: kubectl not found (set KUBECTL or install it)");
-    false
 }
 
 fn rendered(overlay: &str) -> Manifests {
@@ -34,10 +29,9 @@ fn rendered(overlay: &str) -> Manifests {
 }
 
 #[test]
+#[ignore = "needs kubectl (run by .ci/run)"]
 fn every_overlay_keeps_the_contract() {
-    if !kubectl_available() {
-        return;
-    }
+    require_kubectl();
     let mut rendered = Vec::new();
     let problems = k8s_harness::check_overlays(&k8s_dir().join("overlays"), |name, m| {
         let mut workloads: Vec<String> = m.workloads().into_iter().map(|w| w.name).collect();
@@ -107,10 +101,9 @@ fn assert_caught(problems: &[String], expected: &str) {
 }
 
 #[test]
+#[ignore = "needs kubectl (run by .ci/run)"]
 fn broken_manifests_are_caught() {
-    if !kubectl_available() {
-        return;
-    }
+    require_kubectl();
     // A misspelt knob is a variable the binary never reads.
     assert_caught(
         &problems_after(|m| {
@@ -206,12 +199,11 @@ fn broken_manifests_are_caught() {
 }
 
 #[test]
+#[ignore = "needs kubectl (run by .ci/run)"]
 fn a_stage_overlay_that_drifts_from_its_stage_file_is_caught() {
-    if !kubectl_available() {
-        return;
-    }
-    let stages = loadtest::stages::builtin().expect("stages");
-    let model = loadtest::calibration::EmulatorModel::default();
+    require_kubectl();
+    let stages = dronelab_study::stages::builtin().expect("stages");
+    let model = dronelab_study::EmulatorModel::default();
     let manifests = rendered("local/2-more-ru");
     assert!(contract::check_stage(&manifests, &stages[1], &model).is_empty());
     // The stage-3 file against the stage-2 overlay: parallelism differs.
@@ -309,7 +301,7 @@ fn the_loadgen_component_is_the_job_tune_creates() {
     let path = k8s_dir().join("components/loadgen/job.yaml");
     let text = std::fs::read_to_string(&path).expect("job.yaml");
     let committed: k8s_openapi::api::batch::v1::Job = serde_saphyr::from_str(&text).expect("a Job");
-    let built = loadtest::cluster::loadgen::LoadgenJob::default().job();
+    let built = k8s_manifests::LoadgenJob::default().job();
     assert_eq!(
         committed,
         built,

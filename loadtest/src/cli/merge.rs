@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::run::{print_summary, write_json};
-use crate::record::LoadRecord;
+use loadgen::LoadRecord;
 
 #[derive(clap::Args)]
 pub struct MergeArgs {
@@ -51,8 +51,7 @@ pub fn read_record(path: &Path) -> Result<LoadRecord, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::Profile;
-    use crate::shard::Shard;
+    use loadgen::{Profile, Shard};
 
     #[test]
     fn a_record_is_found_in_a_pod_log_among_other_lines() {

@@ -2,7 +2,6 @@
 //! the local stack uses to start each service as its own process. One module per command
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
-mod component;
 mod merge;
 pub mod run;
 mod up;
@@ -10,8 +9,9 @@ mod up;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use dronelab_study::SeedArgs;
+use local_stack::component::{self, Component};
 
-use crate::seed::SeedArgs;
 use crate::tune::TuneArgs;
 
 #[derive(Parser)]
@@ -42,7 +42,7 @@ pub enum Command {
     Diagnose(crate::diagnose::DiagnoseArgs),
     /// Run one component of the local stack in this process (used by `up` and `tune`).
     #[command(hide = true, subcommand)]
-    Component(component::Component),
+    Component(Component),
 }
 
 pub async fn main(cli: Cli) -> std::process::ExitCode {
@@ -52,7 +52,7 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
         Command::Seed(args) => {
             init_logging();
             let started = Instant::now();
-            match crate::seed::seed(&args, true).await {
+            match dronelab_study::seed::seed(&args, true).await {
                 Ok(n) => println!(
                     "seeded {n} documents in {:.1} s",
                     started.elapsed().as_secs_f64()

@@ -4,10 +4,9 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dronelab_contract::Service;
-
-use crate::load::{self, LoadSummary, Outcome, Profile, RunOptions, Target};
-use crate::shard::Shard;
+use dronelab_contract::{Invoice, Service};
+use dronelab_study::{DataSet, OwnerMonths};
+use loadgen::{LoadSummary, Outcome, Profile, RunOptions, Shard, Target};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ProfileKind {
@@ -131,18 +130,22 @@ impl RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<(), String> {
     let profile = args.profile()?;
-    let target = Target::new(
-        args.target.clone(),
-        args.path.clone(),
-        crate::data::DataSet {
+    let requests = OwnerMonths {
+        path: args.path.clone(),
+        data: DataSet {
             seed: 0,
             owners: args.owners,
             months: args.months,
             drones_per_owner: 1,
         },
+    };
+    let target = Target::new(
+        args.target.clone(),
+        requests,
         Duration::from_secs(args.timeout.max(1)),
     )
-    .map_err(|why| format!("--target {why}"))?;
+    .map_err(|why| format!("--target {why}"))?
+    .counting_partial(Invoice::PARTIAL_MARKER);
     target
         .check_reachable()
         .await
@@ -155,7 +158,7 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         show_progress: args.record.as_deref() != Some(Path::new("-")),
     };
     let label = format!("run {}", args.shard);
-    let record = load::run_recorded(target, profile, options, &label).await;
+    let record = loadgen::run_recorded(target, profile, options, &label).await;
     let summary = record.summary();
     if let Some(path) = &args.record {
         write_json(path, &record)?;

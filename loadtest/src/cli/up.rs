@@ -1,10 +1,10 @@
 //! `loadtest up`: the local stack, seeded, until Ctrl-C.
 
 use dronelab_contract::{QueryKnobs, QueryParallelism, Service};
+use dronelab_study::{DataSet, EmulatorModel, SeedArgs};
+use local_stack::Stack;
 
-use crate::calibration::EmulatorModel;
-use crate::seed::SeedArgs;
-use crate::stack::Stack;
+use crate::emulator::{self, EmulatorAdmin};
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -28,7 +28,11 @@ pub async fn up(args: UpArgs) -> Result<(), String> {
     let mut stack = Stack::start(&args.logs, args.partitions, &model)
         .await
         .map_err(|e| e.to_string())?;
-    stack.seed(&args.seed).await.map_err(|e| e.to_string())?;
+    let mut seed = args.seed.clone();
+    seed.cosmos.endpoint = stack.emulator.url.to_string();
+    emulator::seed(Some(&EmulatorAdmin::of_stack(&stack)), &seed)
+        .await
+        .map_err(|e| e.to_string())?;
     stack
         .start_services(QueryKnobs {
             parallelism: args.query_parallelism,
@@ -44,7 +48,7 @@ pub async fn up(args: UpArgs) -> Result<(), String> {
         println!(
             "try: curl '{}api/invoices?ownerId={}&year=2026&month=12'",
             gateway,
-            crate::data::DataSet::owner_id(0)
+            DataSet::owner_id(0)
         );
     }
     println!(

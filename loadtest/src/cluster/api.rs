@@ -2,7 +2,7 @@
 //! kubeconfig context, server-side apply of a rendered overlay, waiting for a rollout,
 //! and running the load generators' Job and reading its pods' logs. Nothing here can run
 //! on a machine without a cluster; everything it decides on is plain data tested
-//! elsewhere (`rollout`, `loadgen`, `manifests`).
+//! elsewhere (`rollout`, and the objects in `k8s-manifests`).
 
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,9 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, Po
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{DynamicObject, GroupVersionKind};
 
-use super::loadgen::{self, LoadgenJob};
 use super::rollout::{rollout, Rollout};
-use crate::record::LoadRecord;
+use k8s_manifests::loadgen_job::{self, LoadgenJob};
+use loadgen::LoadRecord;
 
 /// The field manager of everything the run applies.
 const FIELD_MANAGER: &str = "dronelab-tune";
@@ -327,9 +327,9 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<Vec<LoadRecord>, ClusterError> {
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
-        let resource = format!("jobs/{}", loadgen::NAME);
+        let resource = format!("jobs/{}", loadgen_job::NAME);
         match jobs
-            .delete(loadgen::NAME, &DeleteParams::background())
+            .delete(loadgen_job::NAME, &DeleteParams::background())
             .await
         {
             Ok(_) => self.wait_gone(&jobs).await?,
@@ -342,13 +342,13 @@ impl Cluster {
         let started = Instant::now();
         loop {
             let job = jobs
-                .get(loadgen::NAME)
+                .get(loadgen_job::NAME)
                 .await
                 .map_err(|e| self.error("get", resource.clone(), e))?;
             let status = job.status.unwrap_or_default();
             if status.failed.unwrap_or(0) > 0 {
                 return Err(ClusterError::Loadgen(
-                    self.pod_problems(loadgen::NAME).await,
+                    self.pod_problems(loadgen_job::NAME).await,
                 ));
             }
             if status.succeeded.unwrap_or(0) >= i32::try_from(spec.pods).unwrap_or(i32::MAX) {
@@ -358,7 +358,7 @@ impl Cluster {
                 return Err(ClusterError::Loadgen(format!(
                     "not done within {} s: {}",
                     timeout.as_secs(),
-                    self.pod_problems(loadgen::NAME).await
+                    self.pod_problems(loadgen_job::NAME).await
                 )));
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -369,9 +369,9 @@ impl Cluster {
     async fn wait_gone(&self, jobs: &Api<Job>) -> Result<(), ClusterError> {
         for _ in 0..60 {
             if jobs
-                .get_opt(loadgen::NAME)
+                .get_opt(loadgen_job::NAME)
                 .await
-                .map_err(|e| self.error("get", format!("jobs/{}", loadgen::NAME), e))?
+                .map_err(|e| self.error("get", format!("jobs/{}", loadgen_job::NAME), e))?
                 .is_none()
             {
                 return Ok(());
@@ -386,7 +386,7 @@ impl Cluster {
     /// The last record line of every load-generator pod's log.
     async fn records(&self) -> Result<Vec<LoadRecord>, ClusterError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = ListParams::default().labels(&format!("job-name={}", loadgen::NAME));
+        let selector = ListParams::default().labels(&format!("job-name={}", loadgen_job::NAME));
         let list = pods
             .list(&selector)
             .await

@@ -7,7 +7,7 @@ use trace_analysis::diagnosis::FindingKind;
 
 use super::model::{describe_load, CosmosSample, Report, StageReport};
 use super::svg::{bar_chart, escape, line_chart, Series};
-use crate::load::SecondSample;
+use loadgen::SecondSample;
 
 const STYLE: &str = include_str!("report.css");
 
@@ -45,7 +45,7 @@ fn per_operation(report: &Report) -> String {
     let names: Vec<String> = report.stages.iter().map(|s| s.name.clone()).collect();
     let bars = |title: &str,
                 measured: &dyn Fn(&StageReport) -> f64,
-                published: &dyn Fn(&crate::study::Published) -> f64| {
+                published: &dyn Fn(&dronelab_study::published::Published) -> f64| {
         bar_chart(
             title,
             &names,
@@ -170,22 +170,23 @@ fn resource_charts(s: &StageReport) -> String {
     let Some(r) = &s.resources else {
         return String::new();
     };
-    let per_component = |value: &dyn Fn(&crate::resources::ResourceSample, &str) -> Option<f64>| {
-        r.components
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                Series::new(
-                    c.name.clone(),
-                    PARTITION_COLOURS[i % PARTITION_COLOURS.len()],
-                    s.resource_series
-                        .iter()
-                        .filter_map(|x| Some((x.t as f64, value(x, &c.name)?)))
-                        .collect(),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
+    let per_component =
+        |value: &dyn Fn(&local_stack::resources::ResourceSample, &str) -> Option<f64>| {
+            r.components
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    Series::new(
+                        c.name.clone(),
+                        PARTITION_COLOURS[i % PARTITION_COLOURS.len()],
+                        s.resource_series
+                            .iter()
+                            .filter_map(|x| Some((x.t as f64, value(x, &c.name)?)))
+                            .collect(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
     let mut out = line_chart(
         "CPU per component (cores)",
         &per_component(&|x, name| x.cpu_cores.get(name).copied()),

@@ -3,14 +3,15 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use dronelab_study::published::{self, Published};
+use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
+use loadgen::{LoadSummary, Outcome, Percentiles, Profile, SecondSample};
+use local_stack::resources::{ResourceFigures, ResourceSample};
+use serde::{Deserialize, Serialize};
 
-use crate::calibration::{EmulatorModel, RunProfile};
-use crate::load::{LoadSummary, Outcome, Percentiles, Profile, SecondSample};
-use crate::stages::{Stage, StageConfig};
-use crate::study::{self, Published};
+use crate::tune::CosmosMeasured;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CosmosFigures {
     pub requests: u64,
     pub throttled_requests: u64,
@@ -22,7 +23,7 @@ pub struct CosmosFigures {
 }
 
 /// One second of Cosmos activity on the stage's container.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CosmosSample {
     pub t: u64,
     pub ok: u64,
@@ -30,7 +31,7 @@ pub struct CosmosSample {
     pub ru_per_partition: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageReport {
     pub name: String,
     pub description: String,
@@ -48,12 +49,12 @@ pub struct StageReport {
     pub cosmos_series: Vec<CosmosSample>,
     /// CPU and memory per component (absent when they could not be measured; see
     /// `resources_unavailable`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<crate::resources::ResourceFigures>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceFigures>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources_unavailable: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub resource_series: Vec<crate::resources::ResourceSample>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_series: Vec<ResourceSample>,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::client::TraceLinks>,
@@ -75,14 +76,7 @@ impl StageReport {
             .collect()
     }
 
-    pub fn new(
-        stage: &Stage,
-        load: &LoadSummary,
-        utilization_latency_ms: Percentiles,
-        cosmos: CosmosFigures,
-        series: Vec<SecondSample>,
-        cosmos_series: Vec<CosmosSample>,
-    ) -> Self {
+    pub fn new(stage: &Stage, load: &LoadSummary, measured: CosmosMeasured) -> Self {
         Self {
             name: stage.name.clone(),
             description: stage.description.clone(),
@@ -93,11 +87,11 @@ impl StageReport {
             outcomes: load.outcomes.clone(),
             throughput_rps: (load.throughput_rps * 100.0).round() / 100.0,
             latency_ms: load.latency_ms,
-            utilization_latency_ms,
-            cosmos,
-            study: study::published_for(&stage.name),
-            series,
-            cosmos_series,
+            utilization_latency_ms: measured.utilization_latency,
+            cosmos: measured.cosmos,
+            study: published::published_for(&stage.name),
+            series: load.series.clone(),
+            cosmos_series: measured.series,
             resources: None,
             resources_unavailable: None,
             resource_series: Vec::new(),
@@ -123,7 +117,7 @@ impl StageReport {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub run_id: String,
     pub profile: RunProfile,
@@ -134,10 +128,10 @@ pub struct Report {
     pub stages: Vec<StageReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
     pub cpus: usize,
-    pub os: &'static str,
+    pub os: String,
 }
 
 impl Report {
@@ -159,7 +153,7 @@ impl Report {
                 cpus: std::thread::available_parallelism()
                     .map(|n| n.get())
                     .unwrap_or(1),
-                os: std::env::consts::OS,
+                os: std::env::consts::OS.to_owned(),
             },
             stages,
         }

@@ -1,27 +1,28 @@
-//! `loadtest tune`: the four-stage tuning run. Starts the local stack (or uses an
-//! existing deployment), seeds, then per stage: sets RU/s through the Cosmos API,
-//! restarts utilization-service when the query knobs change (as a rollout would), resets
-//! the emulator's counters, drives the load while sampling Cosmos RU/s and 429s every
-//! second, collects the services' metrics, and diagnoses the stage's traces (read back
-//! from the trace viewer, or any Jaeger API); finally writes the report.
+//! `loadtest tune`: the four-stage tuning run. Chooses where the stages run once (the
+//! local stack, an existing `--target`, or a `--cluster`: [`environment`]), seeds, runs
+//! each stage ([`stage`]: RU/s through the Cosmos API, the query knobs rolled out, the
+//! load driven while Cosmos DB, the services and CPU are measured, the traces
+//! diagnosed), and writes the report.
 
-mod deployment;
-mod metrics;
-mod sampler;
+mod environment;
+mod measure;
 mod stage;
+
+pub use measure::CosmosMeasured;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dronelab_contract::routes;
+use dronelab_contract::{routes, Invoice};
+use dronelab_study::{stages, EmulatorModel, OwnerMonths, RunProfile, SeedArgs, Stage};
+use loadgen::Target;
 
-use crate::calibration::{EmulatorModel, RunProfile};
-use crate::load::Target;
 use crate::report::Report;
-use crate::seed::{self, SeedArgs};
-use crate::stages::{self, Stage};
-use deployment::Deployment;
-use stage::StageRun;
+use environment::cluster::ClusterEnvironment;
+use environment::local::LocalStack;
+use environment::target::ExistingTarget;
+use environment::Environment;
+use stage::{run_stage, RunContext};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
@@ -92,9 +93,9 @@ pub enum TuneError {
     #[error(transparent)]
     Stages(#[from] stages::StageError),
     #[error(transparent)]
-    Stack(#[from] crate::stack::StackError),
+    Stack(#[from] local_stack::StackError),
     #[error(transparent)]
-    Seed(#[from] seed::SeedError),
+    Seed(#[from] dronelab_study::SeedError),
     #[error("Cosmos DB: {0}")]
     Cosmos(String),
     #[error("writing the report: {0}")]
@@ -108,7 +109,7 @@ pub enum TuneError {
     #[error("stage {stage}: {reason}")]
     Overlay { stage: String, reason: String },
     #[error("merging the load pods' records: {0}")]
-    Merge(crate::record::MergeError),
+    Merge(loadgen::MergeError),
     #[error("cluster mode needs --target (load from here) or --load-pods (load from the cluster)")]
     NoLoadSource,
     #[error("the gateway to load: {0}")]
@@ -133,59 +134,77 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     let dir = args.reports.join(&id);
     std::fs::create_dir_all(&dir)?;
     let model = EmulatorModel::default();
-    let http = reqwest::Client::new();
-    let total_started = Instant::now();
-
-    let mut deployment = Deployment::prepare(&args, first, &dir, &model, &http).await?;
-    let cosmos = deployment
-        .seed
-        .cosmos
-        .connect()
-        .await
-        .map_err(|e| TuneError::Cosmos(e.to_string()))?;
-    let profile = args.profile.load();
-    let target = Target::new(
-        deployment.gateway.clone(),
-        routes::INVOICES,
-        deployment.seed.data_set(),
-        Duration::from_secs(60),
-    )
-    .map_err(TuneError::Target)?;
-    let mut run = StageRun {
-        deployment: &mut deployment,
-        cosmos: &cosmos,
-        http: &http,
-        target: &target,
-        profile,
-        stage_command: args.stage_command.as_deref(),
-        load_pods: args.load_pods,
-    };
-    let mut reports = Vec::new();
-    for stage in &stages {
-        reports.push(run.run(stage).await?);
-    }
-    let report = Report::new(
+    let run = Run {
+        args: &args,
+        stages: &stages,
         id,
-        args.profile,
-        profile,
+        dir: dir.clone(),
         model,
-        reports,
-        total_started.elapsed(),
-    );
-    report.write(&dir, &args.reports)?;
-    println!("{}", report.markdown_table());
-    println!("report: {}", dir.join("report.html").display());
-    if let Some(stack) = deployment.stack {
-        if args.keep_up {
-            println!("\nthe stack stays up (Ctrl-C stops it):");
-            for c in stack.components() {
-                println!("  {:20} {}", c.name, c.url);
-            }
-            service_kit::server::shutdown_signal().await;
-        }
-        stack.shutdown().await;
+        started: Instant::now(),
+    };
+    if args.cluster {
+        run.on(ClusterEnvironment::connect(&args).await?).await
+    } else if let Some(target) = &args.target {
+        run.on(ExistingTarget::connect(&args, target.clone(), first).await?)
+            .await
+    } else {
+        run.on(LocalStack::start(&args, first, &dir, &model).await?)
+            .await
     }
-    Ok(dir)
+}
+
+/// One tuning run, before it knows where it runs.
+struct Run<'a> {
+    args: &'a TuneArgs,
+    stages: &'a [Stage],
+    id: String,
+    dir: PathBuf,
+    model: EmulatorModel,
+    started: Instant,
+}
+
+impl Run<'_> {
+    /// Runs every stage in `environment`, writes the report and closes the environment.
+    async fn on<E: Environment>(self, mut environment: E) -> Result<PathBuf, TuneError> {
+        let reach = environment.reach();
+        let cosmos = reach
+            .seed
+            .cosmos
+            .connect()
+            .await
+            .map_err(|e| TuneError::Cosmos(e.to_string()))?;
+        let requests = OwnerMonths {
+            path: routes::INVOICES.to_owned(),
+            data: reach.seed.data_set(),
+        };
+        let target = Target::new(reach.gateway.clone(), requests, Duration::from_secs(60))
+            .map_err(TuneError::Target)?
+            .counting_partial(Invoice::PARTIAL_MARKER);
+        let profile = self.args.profile.load();
+        let context = RunContext {
+            cosmos,
+            http: reqwest::Client::new(),
+            target,
+            profile,
+        };
+        let mut reports = Vec::new();
+        for stage in self.stages {
+            reports.push(run_stage(&mut environment, &context, stage).await?);
+        }
+        let report = Report::new(
+            self.id,
+            self.args.profile,
+            profile,
+            self.model,
+            reports,
+            self.started.elapsed(),
+        );
+        report.write(&self.dir, &self.args.reports)?;
+        println!("{}", report.markdown_table());
+        println!("report: {}", self.dir.join("report.html").display());
+        environment.close(self.args.keep_up).await;
+        Ok(self.dir)
+    }
 }
 
 /// The stage files, narrowed to `--only`.

@@ -1,108 +1,103 @@
-//! One stage of the run: its RU/s and query knobs in place, the load driven while the
-//! emulator is sampled, the services' figures collected, the traces diagnosed.
+//! One stage, in the order it happens: its RU/s and query knobs in place, the load driven
+//! while Cosmos DB, the services and CPU are measured, the figures put together, the
+//! stage's traces diagnosed.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use azure_data_cosmos::models::ThroughputProperties;
+use azure_data_cosmos::CosmosClient;
 use dronelab_contract::{routes, Container, Service};
+use dronelab_study::Stage;
+use loadgen::{Profile, Target};
+use local_stack::resources::ResourceFigures;
 use trace_analysis::client::{self, TraceApi, TraceWindow};
 
-use super::deployment::{in_cluster_gateway, set_throughput, Deployment};
-use super::metrics::{scrape, utilization_latency};
-use super::sampler::Sampler;
+use super::environment::{Environment, StageLoad};
+use super::measure::CosmosMeasurement;
 use super::TuneError;
-use crate::cluster::loadgen::LoadgenJob;
-use crate::cluster::metrics::PodMetricsSampler;
 use crate::diagnose;
-use crate::emulator::EmulatorSnapshot;
-use crate::load::{self, LoadRecord, LoadSummary, Profile, Target};
-use crate::report::{CosmosFigures, StageReport};
-use crate::resources::{ResourceFigures, ResourceSample, ResourceSampler};
-use crate::stages::Stage;
+use crate::report::StageReport;
 
-/// What every stage shares.
-pub struct StageRun<'a> {
-    pub deployment: &'a mut Deployment,
-    pub cosmos: &'a azure_data_cosmos::CosmosClient,
-    pub http: &'a reqwest::Client,
-    pub target: &'a Target,
+/// What every stage of a run shares.
+pub struct RunContext {
+    pub cosmos: CosmosClient,
+    pub http: reqwest::Client,
+    pub target: Target,
     pub profile: Profile,
-    pub stage_command: Option<&'a str>,
-    /// Load from this many pods in the cluster instead of from this process.
-    pub load_pods: Option<u32>,
 }
 
-impl StageRun<'_> {
-    pub async fn run(&mut self, stage: &Stage) -> Result<StageReport, TuneError> {
-        eprintln!(
-            "\nstage {}: {} — {}",
-            stage.name,
-            describe(stage),
-            stage.description
-        );
-        set_throughput(
-            self.cosmos,
-            &self.deployment.seed.cosmos.database,
-            stage.config.provisioned_ru_per_second,
-        )
-        .await?;
-        self.deployment.apply(stage, self.stage_command).await?;
-        let container = Container::utilization(stage.config.use_partition_key).name();
-        let emulator = self.deployment.emulator.clone();
-        if let Some(e) = &emulator {
-            e.reset_stats().await;
+/// Runs `stage` in `environment` and returns its report.
+pub async fn run_stage<E: Environment>(
+    environment: &mut E,
+    run: &RunContext,
+    stage: &Stage,
+) -> Result<StageReport, TuneError> {
+    eprintln!(
+        "\nstage {}: {} — {}",
+        stage.name,
+        describe(stage),
+        stage.description
+    );
+    let reach = environment.reach();
+    set_throughput(
+        &run.cosmos,
+        &reach.seed.cosmos.database,
+        stage.config.provisioned_ru_per_second,
+    )
+    .await?;
+    environment.apply_knobs(stage).await?;
+
+    let container = Container::utilization(stage.config.use_partition_key).name();
+    let cosmos = CosmosMeasurement::start(environment.reach(), &run.http, container).await;
+    let resources = environment.sample_resources();
+    let window_start = unix_micros();
+    let load = StageLoad {
+        stage,
+        target: &run.target,
+        profile: run.profile,
+    };
+    let summary = environment.drive(&load).await?;
+    let window_end = unix_micros();
+    let resources = resources.finish().await;
+    let cosmos = cosmos.finish().await;
+
+    let mut report = StageReport::new(stage, &summary, cosmos);
+    match resources {
+        Ok((figures, series)) => {
+            eprintln!("  {}", resource_line(&figures));
+            report.resources = Some(figures);
+            report.resource_series = series;
         }
-        let utilization = self.deployment.utilization.clone();
-        let before = scrape(self.http, utilization.as_ref()).await;
-        let sampler = emulator.clone().map(|e| Sampler::start(e, container));
-        let resources = self.resource_sampler();
-        let window_start = unix_micros();
-        let summary = self.load(&stage.name).await?;
-        let window_end = unix_micros();
-        let cosmos_series = match sampler {
-            Some(sampler) => sampler.finish().await,
-            None => Vec::new(),
-        };
-        let resources = resources.finish().await;
-        let after = scrape(self.http, utilization.as_ref()).await;
-        let snapshot = match &emulator {
-            Some(e) => e.snapshot(container).await.unwrap_or_default(),
-            None => EmulatorSnapshot::default(),
-        };
-        let mut report = StageReport::new(
-            stage,
-            &summary,
-            utilization_latency(&before, &after),
-            CosmosFigures {
-                requests: snapshot.ok + snapshot.throttled,
-                throttled_requests: snapshot.throttled,
-                ru_total: (snapshot.ru_total * 100.0).round() / 100.0,
-                ru_per_operation: after.ru_per_operation_since(&before),
-                calls_per_operation: after.calls_per_operation_since(&before),
-                max_ru_per_partition_per_sec: snapshot.max_ru_per_partition_per_sec,
-                provisioned_ru_per_partition: (snapshot.provisioned_ru_per_partition * 100.0)
-                    .round()
-                    / 100.0,
-            },
-            summary.series.clone(),
-            cosmos_series,
-        );
-        match resources {
-            Ok((figures, series)) => {
-                eprintln!("  {}", resource_line(&figures));
-                report.resources = Some(figures);
-                report.resource_series = series;
-            }
-            Err(reason) => {
-                eprintln!("  CPU and memory: {reason}");
-                report.resources_unavailable = Some(reason);
-            }
+        Err(reason) => {
+            eprintln!("  CPU and memory: {reason}");
+            report.resources_unavailable = Some(reason);
         }
-        eprintln!("  {}", report.one_line());
-        if let Some(api) = &self.deployment.traces {
-            diagnose_stage(api, window_start, window_end, &mut report).await;
-        }
-        Ok(report)
     }
+    eprintln!("  {}", report.one_line());
+    if let Some(api) = &environment.reach().traces {
+        diagnose_stage(api, window_start, window_end, &mut report).await;
+    }
+    Ok(report)
+}
+
+/// Sets the utilization containers' RU/s through the Cosmos API, as on Azure.
+async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Result<(), TuneError> {
+    let db = client.database_client(database);
+    for container in [Container::Utilization, Container::UtilizationByOwner].map(Container::name) {
+        let failed = |e: azure_data_cosmos::CosmosError| {
+            TuneError::Cosmos(format!("replace throughput of {container}: {e}"))
+        };
+        let c = db
+            .container_client(container, None)
+            .await
+            .map_err(|e| TuneError::Cosmos(format!("{container}: {e}")))?;
+        c.begin_replace_throughput(ThroughputProperties::manual(ru), None)
+            .await
+            .map_err(failed)?
+            .await
+            .map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Traces read per stage for its diagnosis (the newest of the stage).
@@ -113,94 +108,7 @@ const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 
 /// Reads the stage's invoice traces back, prints the verdict and the links, and puts
 /// them in the stage's report.
-impl StageRun<'_> {
-    /// Starts measuring CPU and memory: of the local stack's processes from `/proc`, or of
-    /// the cluster's pods from the metrics API.
-    fn resource_sampler(&self) -> StageResources {
-        if let Some(stack) = &self.deployment.stack {
-            let processes = stack
-                .components()
-                .filter_map(|c| Some((c.name.to_owned(), c.pid()?)))
-                .collect();
-            return StageResources::Local(ResourceSampler::start(processes));
-        }
-        match &self.deployment.cluster {
-            Some((cluster, _, _)) => StageResources::Cluster(cluster.pod_metrics_sampler()),
-            None => StageResources::Unavailable(
-                "not measured: with --target the deployment is not this machine's (use --cluster for the metrics API)".into(),
-            ),
-        }
-    }
-
-    /// The stage's load: from this process, or merged from the cluster's load pods.
-    async fn load(&self, stage: &str) -> Result<LoadSummary, TuneError> {
-        let (Some((cluster, _, _)), Some(pods)) = (&self.deployment.cluster, self.load_pods) else {
-            return Ok(load::run(self.target.clone(), self.profile, true, stage).await);
-        };
-        let spec = LoadgenJob {
-            namespace: cluster.namespace.clone(),
-            image: cluster.image_of(Service::Gateway.name()).await?,
-            pods,
-            // Inside the cluster the pods reach the gateway through its Service.
-            target: in_cluster_gateway().to_string(),
-            profile: self.profile,
-            data: self.target.data,
-            // Time for every pod to be scheduled and started before the common start.
-            start_at_unix_ms: Some(
-                load::unix_ms(SystemTime::now()) + LOAD_POD_START_DELAY.as_millis() as u64,
-            ),
-        };
-        eprintln!(
-            "  load from {pods} pods in the cluster (Job {})",
-            crate::cluster::loadgen::NAME
-        );
-        let timeout = LOAD_POD_START_DELAY
-            + self.profile.duration()
-            + self.target.timeout
-            + Duration::from_secs(60);
-        let records = cluster.run_loadgen(&spec, timeout).await?;
-        let merged = LoadRecord::merge(records).map_err(TuneError::Merge)?;
-        Ok(merged.summary())
-    }
-}
-
-/// Where a stage's CPU and memory come from.
-enum StageResources {
-    Local(ResourceSampler),
-    Cluster(PodMetricsSampler),
-    Unavailable(String),
-}
-
-impl StageResources {
-    async fn finish(self) -> Result<(ResourceFigures, Vec<ResourceSample>), String> {
-        match self {
-            Self::Local(sampler) => Ok(sampler.finish().await),
-            Self::Cluster(sampler) => sampler.finish().await,
-            Self::Unavailable(reason) => Err(reason),
-        }
-    }
-}
-
-/// How long after the Job is created its pods start the load together.
-const LOAD_POD_START_DELAY: Duration = Duration::from_secs(30);
-
-/// The busiest components in one line.
-fn resource_line(figures: &ResourceFigures) -> String {
-    let busiest: Vec<String> = figures
-        .components
-        .iter()
-        .take(3)
-        .map(|c| format!("{} {:.2}", c.name, c.cpu_mean_cores))
-        .collect();
-    format!(
-        "CPU (mean cores): {}; machine {:.0}% busy (mean), {:.0}% (5 s peak)",
-        busiest.join(", "),
-        figures.machine_cpu_mean_share * 100.0,
-        figures.machine_cpu_sustained_share * 100.0
-    )
-}
-
-pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
+async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
     let window = TraceWindow {
         service: Service::Gateway.name().into(),
         operation: format!("GET {}", routes::INVOICES),
@@ -225,6 +133,22 @@ pub async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: 
         }
         Err(e) => eprintln!("  no diagnosis: {e}"),
     }
+}
+
+/// The busiest components in one line.
+fn resource_line(figures: &ResourceFigures) -> String {
+    let busiest: Vec<String> = figures
+        .components
+        .iter()
+        .take(3)
+        .map(|c| format!("{} {:.2}", c.name, c.cpu_mean_cores))
+        .collect();
+    format!(
+        "CPU (mean cores): {}; machine {:.0}% busy (mean), {:.0}% (5 s peak)",
+        busiest.join(", "),
+        figures.machine_cpu_mean_share * 100.0,
+        figures.machine_cpu_sustained_share * 100.0
+    )
 }
 
 fn unix_micros() -> u64 {

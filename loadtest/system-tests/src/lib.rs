@@ -1,6 +1,6 @@
 //! Tests of the whole invoice path in one process: the Cosmos emulator, the three
 //! backends and the gateway, each on `127.0.0.1:0`, talking over real HTTP through the
-//! real SDK. [`TestStack`] starts them on loadtest's deterministic data set, so every
+//! real SDK. [`TestStack`] starts them on the study's deterministic data set, so every
 //! expected value is recomputed from the same documents the stack was seeded with.
 //!
 //! Each service gets its own [`Telemetry`] (disabled, in-memory or OTLP), so every span
@@ -10,12 +10,13 @@ use std::net::SocketAddr;
 
 use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::models::ThroughputProperties;
-use cosmos_kit::{CosmosArgs, PUBLIC_EMULATOR_KEY};
+use cosmos_kit::CosmosArgs;
 use dronelab_contract::{
     Container, DeliverySummary, Invoice, PackageSummary, QueryKnobs, Utilization, DATABASE,
+    PUBLIC_EMULATOR_KEY,
 };
-use loadtest::data::DataSet;
-use loadtest::seed::SeedArgs;
+use dronelab_study::DataSet;
+use dronelab_study::SeedArgs;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 pub use service_kit::Telemetry;
 use summary_backend::{Summary, SummaryArgs, SummaryState};
@@ -121,7 +122,7 @@ impl TestStack {
     }
 
     /// Creates the database and containers (100 000 RU/s each) and upserts [`DATA`] with
-    /// loadtest's seeder.
+    /// the study's seeder.
     pub async fn seed(&self) {
         let args = SeedArgs {
             cosmos: self.cosmos_args(),
@@ -132,7 +133,9 @@ impl TestStack {
             throughput: 100_000,
             concurrency: 16,
         };
-        loadtest::seed::seed(&args, false).await.expect("seeded");
+        dronelab_study::seed::seed(&args, false)
+            .await
+            .expect("seeded");
     }
 
     pub fn cosmos_args(&self) -> CosmosArgs {

@@ -245,29 +245,24 @@ async fn real_otlp_export_over_grpc_and_http_reads_back_through_the_jaeger_api()
     assert!(run.viewer.store.stats().spans >= trace.spans.len());
 }
 
-/// Debian's chromium, if installed. `.ci/run` installs it and sets
-/// `DRONELAB_REQUIRE_BROWSER=1`, so there the test cannot silently skip.
-fn chromium() -> Option<String> {
+/// Debian's chromium (or `CHROMIUM`); `.ci/run` installs it.
+fn chromium() -> String {
     let candidates = [
         std::env::var("CHROMIUM").ok(),
         Some("chromium".to_owned()),
         Some("chromium-browser".to_owned()),
         Some("google-chrome".to_owned()),
     ];
-    let found = candidates.into_iter().flatten().find(|c| {
-        std::process::Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("DRONELAB_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "DRONELAB_REQUIRE_BROWSER=1 but no chromium found"
-        );
-        eprintln!("skipping the browser check: no chromium on PATH");
-    }
-    found
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("no chromium on the PATH (apt-get install chromium)")
 }
 
 /// The page's DOM after its scripts ran, from headless chromium.
@@ -305,10 +300,9 @@ async fn rendered_dom(browser: &str, url: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs chromium (apt-get install chromium; run by .ci/run)"]
 async fn the_ui_draws_the_waterfall_of_a_real_trace() {
-    let Some(browser) = chromium() else {
-        return;
-    };
+    let browser = chromium();
     let run = throttled_run().await;
     let (_, raw) = get_json(&format!("{}/api/traces/{}", run.viewer.ui, run.trace_id)).await;
     let trace: Envelope<Vec<Trace>> = serde_json::from_value(raw).expect("trace");

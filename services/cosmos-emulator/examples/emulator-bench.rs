@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let account = AccountReference::with_authentication_key(
         endpoint.parse()?,
-        Secret::from(cosmos_emulator::PUBLIC_EMULATOR_KEY.to_owned()),
+        Secret::from(dronelab_contract::PUBLIC_EMULATOR_KEY.to_owned()),
     );
     let client = CosmosClient::builder()
         .build(

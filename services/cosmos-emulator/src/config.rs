@@ -8,14 +8,10 @@ use std::time::Duration;
 
 use base64::Engine;
 use clap::{ArgAction, Parser};
-use dronelab_contract::Service;
+use dronelab_contract::{Service, PUBLIC_EMULATOR_KEY};
 
-use crate::store::Layout;
-use crate::throughput::LatencyModel;
-
-/// The well-known key of the public Cosmos DB emulator; fine for a local lab only.
-pub const PUBLIC_EMULATOR_KEY: &str =
-    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+use cosmos_engine::store::Layout;
+use cosmos_engine::throughput::LatencyModel;
 
 /// The account master key (decoded). Never printed.
 #[derive(Clone)]
@@ -81,10 +77,10 @@ fn container_partitions(s: &str) -> Result<(String, usize), String> {
         .trim()
         .parse()
         .map_err(|_| format!("'{count}' is not a partition count"))?;
-    if !(1..=crate::epk::MAX_PARTITIONS).contains(&count) || name.trim().is_empty() {
+    if !(1..=cosmos_engine::epk::MAX_PARTITIONS).contains(&count) || name.trim().is_empty() {
         return Err(format!(
             "'{s}': partitions must be 1..={} and the container named",
-            crate::epk::MAX_PARTITIONS
+            cosmos_engine::epk::MAX_PARTITIONS
         ));
     }
     Ok((name.trim().to_owned(), count))
@@ -121,7 +117,7 @@ pub struct Config {
 
     /// Physical partitions per new container.
     #[arg(long, env = "COSMOS_EMULATOR_PARTITIONS", default_value_t = 1,
-          value_parser = clap::value_parser!(u16).range(1..=crate::epk::MAX_PARTITIONS as i64))]
+          value_parser = clap::value_parser!(u16).range(1..=cosmos_engine::epk::MAX_PARTITIONS as i64))]
     pub partitions: u16,
 
     /// Per-container override, `<container>=<partitions>` (repeatable or comma-separated).

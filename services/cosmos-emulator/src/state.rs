@@ -4,10 +4,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use lifecycle::http::BodyBudget;
+use lifecycle::metrics::MetricsRegistry;
 
 use crate::config::{Config, MasterKey};
-use crate::store::{Store, WalError};
-use crate::throughput::LatencyModel;
+use cosmos_engine::store::{Store, WalError};
+use cosmos_engine::throughput::LatencyModel;
 
 /// Cosmos DB refuses a signature whose date is further than this from its clock.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
@@ -23,6 +24,8 @@ pub struct AppState {
     pub bodies: BodyBudget,
     /// How far a request's `x-ms-date` may be from now (`None`: not checked).
     pub max_clock_skew: Option<Duration>,
+    /// What `/metrics` serves: the process, and the store's per-partition counters.
+    pub metrics: MetricsRegistry,
 }
 
 /// Throttling on/off and the latency model.
@@ -38,9 +41,12 @@ impl AppState {
     }
 
     pub fn new(config: &Config) -> Result<Self, WalError> {
-        let store = Store::open(config.layout(), config.data_dir.as_deref())?;
+        let store = Arc::new(Store::open(config.layout(), config.data_dir.as_deref())?);
+        let metrics = MetricsRegistry::default();
+        metrics.register_collector(crate::http::admin::StatsCollector(store.clone()));
         Ok(Self {
-            store: Arc::new(store),
+            store,
+            metrics,
             key: Arc::new(config.master_key().clone()),
             model: Arc::new(RwLock::new(ModelSettings {
                 throttling: config.throttling,

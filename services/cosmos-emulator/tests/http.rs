@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sha2::Sha256;
 use tower::ServiceExt;
 
-const KEY: &str = cosmos_emulator::PUBLIC_EMULATOR_KEY;
+const KEY: &str = dronelab_contract::PUBLIC_EMULATOR_KEY;
 
 /// Signs like the SDK: `verb\ntype\nlink\ndate\n\n` with HMAC-SHA256 over the key.
 fn authorization(verb: &str, resource_type: &str, link: &str, date: &str) -> String {

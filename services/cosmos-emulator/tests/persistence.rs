@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use azure_data_cosmos::models::{ContainerProperties, ThroughputProperties};
 use azure_data_cosmos::options::CreateContainerOptions;
 use common::client_for;
-use cosmos_emulator::PUBLIC_EMULATOR_KEY;
+use dronelab_contract::PUBLIC_EMULATOR_KEY;
 use serde_json::{json, Value};
 
 struct Process {

@@ -34,7 +34,9 @@ const tag = (span, key) => {
   const t = span.tags.find((t) => t.key === key);
   return t ? t.value : undefined;
 };
-const isError = (span) => tag(span, "error") === true || String(tag(span, "db.response.status_code")) === "429";
+// NAMES (the span attribute names) comes from /assets/names.js, which the server writes
+// from the same constants the services use.
+const isError = (span) => tag(span, NAMES.ERROR) === true || String(tag(span, NAMES.DB_RESPONSE_STATUS_CODE)) === "429";
 
 // ---- search -------------------------------------------------------------------------
 
@@ -208,9 +210,9 @@ function drawWaterfall(trace, summary) {
     const service = trace.processes[span.processID].serviceName;
     const left = pct(span.startTime);
     const width = Math.max((100 * span.duration) / total, 0.15);
-    const status = tag(span, "db.response.status_code");
-    const charge = tag(span, "azure.cosmosdb.operation.request_charge");
-    const range = tag(span, "azure.cosmosdb.partition_key_range_id");
+    const status = tag(span, NAMES.DB_RESPONSE_STATUS_CODE);
+    const charge = tag(span, NAMES.COSMOS_REQUEST_CHARGE);
+    const range = tag(span, NAMES.COSMOS_PARTITION_KEY_RANGE_ID);
     const wait = waits.get(span.spanID);
     const waited = wait && wait.duration > 0;
     const note = [ms(span.duration), status !== undefined ? `HTTP ${status}` : null,
@@ -268,6 +270,7 @@ async function showStats() {
 }
 
 async function start() {
+  $("tags").placeholder = `${NAMES.DB_RESPONSE_STATUS_CODE}=429 ${NAMES.ERROR}=true`;
   $("search").addEventListener("submit", search);
   $("service").addEventListener("change", () => loadOperations().catch((e) => ($("search-error").textContent = e.message)));
   showStats();

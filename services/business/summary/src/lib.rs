@@ -8,15 +8,15 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::{Container, OwnerMonth, Service};
-use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::KeyValue;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
 use cosmos_kit::{
-    BackendError, ClockAnchor, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT,
+    BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, Operation, CONNECT_TIMEOUT,
 };
 use service_kit::server::{self, Instrumentation, Limits, RequestContext, ServiceCommand};
 use service_kit::Telemetry;
@@ -122,37 +122,21 @@ async fn summary<S: Summary>(
 ) -> Result<Json<S::Body>, BackendError> {
     let request = OwnerMonth::from_query(query.as_deref())
         .map_err(|invalid| BackendError::BadRequest(invalid.into()))?;
-    let container_name = S::CONTAINER.name();
     let container = state.container.get()?;
-    let tracer = state.cosmos.telemetry().tracer();
-    let span = tracer
-        .span_builder(format!("read_item {container_name}"))
-        .with_kind(SpanKind::Internal)
-        .with_attributes([
-            KeyValue::new("db.collection.name", container_name),
-            KeyValue::new("dronelab.owner_id", request.owner_id.to_string()),
-        ])
-        .start_with_context(tracer, &cx);
-    let cx = cx.with_span(span);
-    let anchor = ClockAnchor::now();
-    let outcome = container
-        .read_item(request.owner_id.to_string(), &request.summary_id(), None)
-        .await;
-    let diagnostics = match &outcome {
-        Ok(response) => Some(response.diagnostics()),
-        Err(e) => e.diagnostics(),
+    let read = Operation {
+        name: operation::READ_ITEM,
+        container: S::CONTAINER.name(),
     };
-    let cost = state.cosmos.record(
-        &cx,
-        anchor,
-        diagnostics.as_ref(),
-        "read_item",
-        container_name,
-    );
-    state
+    let owner = KeyValue::new(attribute::OWNER_ID, request.owner_id.to_string());
+    let outcome = state
         .cosmos
-        .record_operation("read_item", container_name, cost);
-    cx.span().end();
+        .point(
+            &cx,
+            read,
+            vec![owner],
+            container.read_item(request.owner_id.to_string(), &request.summary_id(), None),
+        )
+        .await;
     match outcome {
         Ok(response) => response
             .into_model::<S::Body>()

@@ -2,10 +2,10 @@
 
 use azure_data_cosmos::feed::FeedRange;
 use azure_data_cosmos::{FeedScope, Query};
-use cosmos_kit::{ClockAnchor, OperationCost};
+use cosmos_kit::{Operation, OperationCost};
+use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::OwnerMonth;
 use futures::{StreamExt, TryStreamExt};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use serde::Deserialize;
 
@@ -13,8 +13,6 @@ use crate::{AppState, QueryParallelism, Utilization, UtilizationError};
 
 pub const STUDY_QUERY: &str =
     "SELECT * FROM c WHERE c.ownerId = @ownerId AND c.year = @year AND c.month = @month";
-
-const OPERATION: &str = "query_items";
 
 /// The fields summed; the rest of each document is ignored.
 #[derive(Debug, Deserialize)]
@@ -93,9 +91,7 @@ pub async fn run(
             }
         }
     }
-    state
-        .cosmos
-        .record_operation(OPERATION, state.container_name, cost);
+    state.cosmos.record_operation(state.query(), cost);
     match first_error {
         Some(e) => Err(e),
         None => Ok(total),
@@ -112,73 +108,43 @@ async fn query_scope(
     scope: FeedScope,
 ) -> Result<(Utilization, OperationCost), UtilizationError> {
     let container = state.container.get()?;
-    let tracer = state.cosmos.telemetry().tracer();
-    let span = tracer
-        .span_builder(format!("query {}", state.container_name))
-        .with_kind(SpanKind::Internal)
-        .with_attributes([
-            KeyValue::new("db.collection.name", state.container_name),
-            KeyValue::new("db.query.text", STUDY_QUERY),
-            KeyValue::new("azure.cosmosdb.query.scope", label),
-        ])
-        .start_with_context(tracer, parent);
-    let cx = parent.with_span(span);
+    let attributes = vec![
+        KeyValue::new(attribute::DB_QUERY_TEXT, STUDY_QUERY),
+        KeyValue::new(attribute::COSMOS_QUERY_SCOPE, label),
+    ];
+    let name = format!("query {}", state.container_name);
+    let mut span = state.cosmos.span(parent, name, state.query(), attributes);
     let mut sum = Utilization::default();
-    let mut cost = OperationCost::default();
-    let anchor = ClockAnchor::now();
-    let outcome: Result<(), azure_data_cosmos::CosmosError> = async {
+    let drained: Result<(), azure_data_cosmos::CosmosError> = async {
         let mut pages = container
             .query_items::<Record>(query, scope, None)
             .await?
             .into_pages();
-        loop {
-            match pages.try_next().await {
-                Ok(Some(page)) => {
-                    let diagnostics = page.diagnostics();
-                    cost.add(state.cosmos.record(
-                        &cx,
-                        anchor,
-                        Some(&diagnostics),
-                        OPERATION,
-                        state.container_name,
-                    ));
-                    for record in page.items() {
-                        sum.traveled_miles += record.traveled_miles;
-                        sum.assigned_hours += record.assigned_hours;
-                    }
-                }
-                Ok(None) => return Ok(()),
-                Err(e) => {
-                    cost.add(state.cosmos.record(
-                        &cx,
-                        anchor,
-                        e.diagnostics().as_ref(),
-                        OPERATION,
-                        state.container_name,
-                    ));
-                    return Err(e);
-                }
+        while let Some(page) = pages
+            .try_next()
+            .await
+            .inspect_err(|e| span.record(e.diagnostics().as_ref()))?
+        {
+            span.record(Some(&page.diagnostics()));
+            for record in page.items() {
+                sum.traveled_miles += record.traveled_miles;
+                sum.assigned_hours += record.assigned_hours;
             }
         }
+        Ok(())
     }
     .await;
-    let span = cx.span();
-    span.set_attribute(KeyValue::new(
-        "azure.cosmosdb.calls",
-        i64::from(cost.attempts),
-    ));
-    span.set_attribute(KeyValue::new(
-        "azure.cosmosdb.throttled_calls",
-        i64::from(cost.throttled),
-    ));
-    span.set_attribute(KeyValue::new(
-        "azure.cosmosdb.request_charge",
-        cost.request_units,
-    ));
-    if let Err(e) = &outcome {
-        span.set_status(Status::error(e.to_string()));
-    }
-    span.end();
-    outcome?;
+    let cost = span.end(drained.as_ref().err());
+    drained?;
     Ok((sum, cost))
+}
+
+impl AppState {
+    /// The operation every utilization query is, for its spans and metrics.
+    fn query(&self) -> Operation {
+        Operation {
+            name: operation::QUERY_ITEMS,
+            container: self.container_name,
+        }
+    }
 }

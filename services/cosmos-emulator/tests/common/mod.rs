@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use azure_core::credentials::Secret;
 use azure_data_cosmos::options::{OperationOptionsBuilder, ThrottlingRetryOptionsBuilder};
 use azure_data_cosmos::{AccountEndpoint, AccountReference, CosmosClient, RoutingStrategy};
-use cosmos_emulator::{AppState, Config, Stats, PUBLIC_EMULATOR_KEY};
+use cosmos_emulator::{AppState, Config, Stats};
+use dronelab_contract::PUBLIC_EMULATOR_KEY;
 use tokio::sync::oneshot;
 
 pub struct Emulator {

@@ -3,6 +3,11 @@
 /// The database every service reads.
 pub const DATABASE: &str = "dronedelivery";
 
+/// The well-known master key of the public Cosmos DB emulator: dronelab's emulator's
+/// default, and the services' default key. Fine for a local lab only.
+pub const PUBLIC_EMULATOR_KEY: &str =
+    "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw==";
+
 /// The lab's containers. Utilization records are stored twice, keyed two ways: that
 /// difference is what stage 4 of the study measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

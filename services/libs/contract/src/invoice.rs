@@ -73,6 +73,12 @@ pub struct Invoice {
     pub errors: Vec<SectionError>,
 }
 
+impl Invoice {
+    /// What a partial invoice's JSON (compact, as served) contains and a complete one's
+    /// does not: a load tool counts partial answers by it without parsing each one.
+    pub const PARTIAL_MARKER: &'static [u8] = b"\"partial\":true";
+}
+
 /// OpenAPI 3.0 `components.schemas` for [`Invoice`] and everything it contains.
 pub fn schemas() -> serde_json::Map<String, serde_json::Value> {
     let mut generator = schemars::generate::SchemaSettings::openapi3()
@@ -110,6 +116,28 @@ pub fn schemas() -> serde_json::Map<String, serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_partial_invoice_carries_the_partial_marker() {
+        let mut invoice = Invoice {
+            owner_id: "o1".into(),
+            year: 2026,
+            month: 3,
+            deliveries: None,
+            packages: None,
+            utilization: None,
+            partial: true,
+            errors: Vec::new(),
+        };
+        let contains = |invoice: &Invoice| {
+            let json = serde_json::to_vec(invoice).expect("json");
+            json.windows(Invoice::PARTIAL_MARKER.len())
+                .any(|w| w == Invoice::PARTIAL_MARKER)
+        };
+        assert!(contains(&invoice));
+        invoice.partial = false;
+        assert!(!contains(&invoice));
+    }
 
     /// Every field a served invoice has is in the schema, and required.
     #[test]

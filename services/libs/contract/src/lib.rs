@@ -8,18 +8,21 @@
 //!   construction;
 //! - [`invoice`]: the backends' answers and the gateway's invoice (the OpenAPI schema is
 //!   derived from these types);
-//! - [`knobs`]: the utilization query's tuning knobs, the thing the four stages change.
+//! - [`knobs`]: the utilization query's tuning knobs, the thing the four stages change;
+//! - [`telemetry`]: the span, attribute and metric names the services write and the
+//!   trace tooling, the tuning run and the dashboard read.
 //!
-//! No I/O and no framework: the gateway, the services, the emulator's seeding, the load
-//! tool and the Kubernetes checks all depend on it.
+//! No I/O and no framework: the services, the emulator, the trace tooling, the load tool
+//! and the Kubernetes checks depend on it.
 
 pub mod cosmos;
 pub mod invoice;
 pub mod knobs;
 pub mod request;
 pub mod service;
+pub mod telemetry;
 
-pub use cosmos::{Container, DATABASE};
+pub use cosmos::{Container, DATABASE, PUBLIC_EMULATOR_KEY};
 pub use invoice::{DeliverySummary, Invoice, PackageSummary, Section, SectionError, Utilization};
 pub use knobs::{QueryKnobs, QueryParallelism};
 pub use request::{InvalidParams, Month, OwnerId, OwnerMonth, Year};

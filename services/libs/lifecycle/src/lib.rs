@@ -1,8 +1,9 @@
 //! What every dronelab process shares, kept apart from `service-kit` so the emulator and
 //! the trace viewer need no HTTP service plumbing: logging to stderr (text or JSON), its
-//! own CPU and memory ([`process`]), the one address line on stdout that the local stack
-//! reads, the shutdown signal, the bind / announce / serve sequence every server
-//! process runs, and the connection limits every HTTP server keeps ([`http`]).
+//! own CPU and memory ([`process`]) and the `/metrics` it serves ([`metrics`]), the one
+//! address line on stdout that the local stack reads, the shutdown signal, the bind /
+//! announce / serve sequence every server process runs, and the connection limits every
+//! HTTP server keeps ([`http`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 use tokio::net::TcpListener;
 
 pub mod http;
+pub mod metrics;
 pub mod process;
 
 /// How log lines look: `LOG_FORMAT=json` gives one JSON object per line (with the

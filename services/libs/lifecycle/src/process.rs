@@ -1,6 +1,6 @@
-//! CPU time and resident memory of a process, read from Linux `/proc`: what a service
-//! reports as `process_cpu_seconds_total` / `process_resident_memory_bytes`, and what the
-//! tuning run samples for every component.
+//! CPU time and resident memory of a process, read from Linux `/proc`: what a process
+//! reports as `process_cpu_seconds_total` / `process_resident_memory_bytes`
+//! ([`crate::metrics`]), and what the tuning run samples for every component.
 
 use procfs::process::Process;
 
@@ -30,23 +30,6 @@ impl ProcessUsage {
             resident_bytes: stat.rss.saturating_mul(procfs::page_size()),
         })
     }
-}
-
-/// This process's usage in the Prometheus text format (`process_cpu_seconds_total`,
-/// `process_resident_memory_bytes`), for processes that write their `/metrics` by hand.
-pub fn prometheus_text() -> String {
-    let Some(usage) = ProcessUsage::current() else {
-        return String::new();
-    };
-    format!(
-        "# HELP process_cpu_seconds_total User and system CPU time spent by this process.\n\
-         # TYPE process_cpu_seconds_total counter\n\
-         process_cpu_seconds_total {}\n\
-         # HELP process_resident_memory_bytes Resident memory of this process.\n\
-         # TYPE process_resident_memory_bytes gauge\n\
-         process_resident_memory_bytes {}\n",
-        usage.cpu_seconds, usage.resident_bytes
-    )
 }
 
 /// `(thread id, cumulative CPU seconds)` of every thread of process `pid`, for telling a
@@ -115,12 +98,6 @@ mod tests {
         assert!(
             threads.iter().any(|(tid, _)| *tid as u32 == pid),
             "{threads:?}"
-        );
-        let text = prometheus_text();
-        assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
-        assert!(
-            text.contains("# TYPE process_resident_memory_bytes gauge"),
-            "{text}"
         );
         let (busy, total) = machine_cpu_seconds().expect("/proc/stat is readable");
         assert!(busy > 0.0 && busy <= total, "{busy} {total}");

@@ -18,6 +18,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 
+use dronelab_contract::telemetry::attribute;
+
 use crate::telemetry::Telemetry;
 
 /// A pooled HTTP/1.1 client for bodiless GETs.
@@ -149,14 +151,14 @@ impl TracedClient {
     fn start_span(&self, parent: &Context, span_name: &str, uri: &Uri) -> Context {
         let tracer = self.telemetry.tracer();
         let mut attributes = vec![
-            KeyValue::new("http.request.method", "GET"),
-            KeyValue::new("url.full", uri.to_string()),
+            KeyValue::new(attribute::HTTP_REQUEST_METHOD, "GET"),
+            KeyValue::new(attribute::URL_FULL, uri.to_string()),
         ];
         if let Some(host) = uri.host() {
-            attributes.push(KeyValue::new("server.address", host.to_owned()));
+            attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned()));
         }
         if let Some(port) = uri.port_u16() {
-            attributes.push(KeyValue::new("server.port", i64::from(port)));
+            attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
         }
         let span = tracer
             .span_builder(span_name.to_owned())
@@ -172,7 +174,7 @@ fn end_span(cx: &Context, outcome: &CallOutcome) {
     match outcome {
         CallOutcome::Response { status, .. } => {
             span.set_attribute(KeyValue::new(
-                "http.response.status_code",
+                attribute::HTTP_RESPONSE_STATUS_CODE,
                 i64::from(*status),
             ));
             if *status >= 400 {
@@ -180,11 +182,11 @@ fn end_span(cx: &Context, outcome: &CallOutcome) {
             }
         }
         CallOutcome::TimedOut => {
-            span.set_attribute(KeyValue::new("error.type", "timeout"));
+            span.set_attribute(KeyValue::new(attribute::ERROR_TYPE, "timeout"));
             span.set_status(Status::error("timed out"));
         }
         CallOutcome::ConnectFailed(e) | CallOutcome::Failed(e) => {
-            span.set_attribute(KeyValue::new("error.type", "connection"));
+            span.set_attribute(KeyValue::new(attribute::ERROR_TYPE, "connection"));
             span.set_status(Status::error(e.clone()));
         }
     }

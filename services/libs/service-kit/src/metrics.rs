@@ -1,17 +1,13 @@
-//! Prometheus metrics: a registry per service (so in-process tests do not share one) and
-//! the HTTP server metrics every service records.
+//! The HTTP server metrics every service records, in its process's registry
+//! ([`MetricsRegistry`], from `lifecycle`).
 
-use std::sync::{Arc, Mutex};
-
-use lifecycle::process::ProcessUsage;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use dronelab_contract::telemetry::metric;
+pub use lifecycle::metrics::MetricsRegistry;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::TypedMetric as _;
-use prometheus_client::registry::{Metric, Registry, Unit};
 
 /// Latency buckets in seconds, 1 ms to 30 s, fine enough to estimate percentiles of the
 /// study's latencies (tens of ms to seconds) by interpolation.
@@ -19,49 +15,6 @@ pub const LATENCY_BUCKETS: [f64; 24] = [
     0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
     1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 30.0,
 ];
-
-#[derive(Clone, Default)]
-pub struct MetricsRegistry(Arc<Mutex<Registry>>);
-
-impl std::fmt::Debug for MetricsRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MetricsRegistry")
-    }
-}
-
-impl MetricsRegistry {
-    pub fn register(&self, name: &str, help: &str, metric: impl Metric) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register(name, help, metric);
-    }
-
-    pub fn register_with_unit(&self, name: &str, help: &str, unit: Unit, metric: impl Metric) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register_with_unit(name, help, unit, metric);
-    }
-
-    /// Adds this process's CPU and memory to the exposition.
-    pub fn register_process(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .register_collector(Box::new(ProcessCollector));
-    }
-
-    /// The Prometheus text exposition of everything registered.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let registry = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
-            out.clear();
-        }
-        out
-    }
-}
 
 pub fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
@@ -119,45 +72,20 @@ impl HttpServerMetrics {
             active: Family::default(),
         };
         registry.register(
-            "http_server_active_requests",
+            metric::HTTP_SERVER_ACTIVE_REQUESTS,
             "HTTP requests being served, by method and route (under a closed-loop load: the users)",
             metrics.active.clone(),
         );
         registry.register(
-            "http_server_requests",
+            metric::registered(metric::HTTP_SERVER_REQUESTS),
             "HTTP requests served, by method, route and status",
             metrics.requests.clone(),
         );
         registry.register(
-            "http_server_request_duration_seconds",
+            metric::HTTP_SERVER_REQUEST_DURATION,
             "Time to answer an HTTP request, by method and route",
             metrics.duration.clone(),
         );
         metrics
-    }
-}
-
-/// `process_cpu_seconds_total` and `process_resident_memory_bytes`, the Prometheus
-/// client conventions' names, read from `/proc` at every scrape.
-#[derive(Debug)]
-pub struct ProcessCollector;
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(usage) = ProcessUsage::current() else {
-            return Ok(());
-        };
-        ConstCounter::new(usage.cpu_seconds).encode(encoder.encode_descriptor(
-            "process_cpu",
-            "User and system CPU time spent by this process",
-            Some(&Unit::Seconds),
-            ConstCounter::<f64>::TYPE,
-        )?)?;
-        ConstGauge::new(usage.resident_bytes as i64).encode(encoder.encode_descriptor(
-            "process_resident_memory",
-            "Resident memory of this process",
-            Some(&Unit::Bytes),
-            ConstGauge::<i64>::TYPE,
-        )?)
     }
 }

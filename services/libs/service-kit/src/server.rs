@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use dronelab_contract::routes;
+use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
@@ -41,7 +42,6 @@ pub struct Instrumentation {
 impl Instrumentation {
     pub fn new(telemetry: Telemetry) -> Self {
         let metrics = MetricsRegistry::default();
-        metrics.register_process();
         let http = HttpServerMetrics::register(&metrics);
         Self {
             telemetry,
@@ -111,21 +111,7 @@ pub fn standard(
                 }
             }),
         )
-        .route(
-            routes::METRICS,
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        metrics.encode(),
-                    )
-                }
-            }),
-        )
+        .route(routes::METRICS, metrics.route())
         .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -156,7 +142,7 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
     let span = tracing::info_span!(
         target: REQUEST_SPAN_TARGET,
         REQUEST_SPAN,
-        otel.name = format!("{} {route}", if method == "_OTHER" { "HTTP" } else { method }),
+        otel.name = server_span(if method == "_OTHER" { "HTTP" } else { method }, route),
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
@@ -172,7 +158,10 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
         span_id = tracing::field::Empty,
     );
     if method == "_OTHER" {
-        span.record("http.request.method_original", request.method().as_str());
+        span.record(
+            attribute::HTTP_REQUEST_METHOD_ORIGINAL,
+            request.method().as_str(),
+        );
     }
     let host = request
         .headers()
@@ -182,13 +171,13 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
     if let Some(host) = host {
         match host.rsplit_once(':') {
             Some((address, port)) => {
-                span.record("server.address", address);
+                span.record(attribute::SERVER_ADDRESS, address);
                 if let Ok(port) = port.parse::<i64>() {
-                    span.record("server.port", port);
+                    span.record(attribute::SERVER_PORT, port);
                 }
             }
             None => {
-                span.record("server.address", host);
+                span.record(attribute::SERVER_ADDRESS, host);
             }
         }
     }
@@ -240,10 +229,13 @@ async fn observe(
     active.dec();
 
     let status = response.status();
-    span.record("http.response.status_code", i64::from(status.as_u16()));
+    span.record(
+        attribute::HTTP_RESPONSE_STATUS_CODE,
+        i64::from(status.as_u16()),
+    );
     if status.is_server_error() {
-        span.record("otel.status_code", "error");
-        span.record("otel.status_description", status.to_string());
+        span.record(attribute::OTEL_STATUS_CODE, "error");
+        span.record(attribute::OTEL_STATUS_DESCRIPTION, status.to_string());
     }
     if span_context.is_valid() {
         add_trace_headers(response.headers_mut(), &span_context);

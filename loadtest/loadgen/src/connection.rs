@@ -1,0 +1,235 @@
+//! Keep-alive HTTP/1.1 connections driven inside the task that sends on them: one per
+//! closed-loop user, or borrowed from a [`ConnectionPool`] by each open-loop request.
+//!
+//! A pooled client such as hyper-util's runs every connection as a task of its own: each
+//! request crosses a channel to that task and its answer crosses back, two task wake-ups
+//! per request. Polling the connection beside the
+//! request in the sender's task removes both (wrk's model: one connection per user, one
+//! event loop); `bench/run loadgen` measures the difference.
+
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper::header::{HeaderValue, HOST};
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// How long a connect may take before the request counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+type Io = TokioIo<TcpStream>;
+
+/// What came back for one request, or why nothing did.
+#[derive(Debug)]
+pub enum Reply {
+    Response {
+        status: u16,
+        body: Bytes,
+    },
+    /// No connection could be made: refused, unreachable, or none within 2 s.
+    ConnectFailed(String),
+    TimedOut,
+    /// The connection failed after it was made (reset, or closed before an answer).
+    Failed(String),
+}
+
+/// An error with its causes, `outer: inner: innermost` (hyper's own messages are terse).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let chain = std::iter::successors(Some(error), |e| e.source());
+    chain
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// Where a user connects: a URL's host and port, and its `Host` header.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    host: String,
+    port: u16,
+    host_header: HeaderValue,
+}
+
+impl Endpoint {
+    /// The host and port of an `http://` URL.
+    pub fn of(url: &url::Url) -> Result<Self, String> {
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return Err(format!("{url} has no host and port to connect to"));
+        };
+        let host_header =
+            HeaderValue::try_from(format!("{host}:{port}")).map_err(|e| format!("{url}: {e}"))?;
+        Ok(Self {
+            // An IPv6 host is bracketed in a URL and a `Host` header, not in a connect.
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+            host_header,
+        })
+    }
+}
+
+impl Endpoint {
+    /// Connects once and closes again: whether anything listens there.
+    pub async fn check_reachable(&self) -> Result<(), String> {
+        let where_ = format!("{}:{}", self.host, self.port);
+        match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            TcpStream::connect((self.host.as_str(), self.port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("nothing answers at {where_}: {e}")),
+            Err(_) => Err(format!(
+                "nothing answers at {where_}: no connection within {CONNECT_TIMEOUT:?}"
+            )),
+        }
+    }
+}
+
+/// A lazily opened connection to one endpoint, reopened after any failure.
+pub struct UserConnection {
+    endpoint: Endpoint,
+    open: Option<Open>,
+}
+
+/// Idle connections to one endpoint, for requests that overlap: a request takes one (or
+/// a new one when none is idle) and gives it back when answered, so there are never more
+/// connections than requests in flight at once.
+pub struct ConnectionPool {
+    endpoint: Endpoint,
+    idle: Mutex<Vec<UserConnection>>,
+}
+
+impl ConnectionPool {
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self {
+            endpoint,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn take(&self) -> UserConnection {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        idle.unwrap_or_else(|| UserConnection::new(self.endpoint.clone()))
+    }
+
+    pub fn give_back(&self, connection: UserConnection) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(connection);
+    }
+}
+
+struct Open {
+    sender: SendRequest<Empty<Bytes>>,
+    connection: Pin<Box<Connection<Io, Empty<Bytes>>>>,
+}
+
+impl UserConnection {
+    /// Nothing is connected until the first request.
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self {
+            endpoint,
+            open: None,
+        }
+    }
+
+    /// `GET path_and_query` (an origin-form URI), giving up after `timeout`. After a
+    /// timeout or failure the connection is closed: its state is unknown.
+    pub async fn get(&mut self, path_and_query: Uri, timeout: Duration) -> Reply {
+        let outcome = match tokio::time::timeout(timeout, self.send(path_and_query)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Reply::TimedOut,
+        };
+        if !matches!(outcome, Reply::Response { .. }) {
+            self.open = None;
+        }
+        outcome
+    }
+
+    async fn send(&mut self, path_and_query: Uri) -> Reply {
+        let request = match Request::get(path_and_query)
+            .header(HOST, self.endpoint.host_header.clone())
+            .body(Empty::new())
+        {
+            Ok(request) => request,
+            Err(e) => return Reply::Failed(e.to_string()),
+        };
+        let open = match self.open.take() {
+            Some(open) if !open.sender.is_closed() => self.open.insert(open),
+            _ => match self.connect().await {
+                Ok(open) => self.open.insert(open),
+                Err(outcome) => return outcome,
+            },
+        };
+        let (outcome, finished) = open.exchange(request).await;
+        if finished {
+            // A finished connection takes no more requests: the next one opens a new one.
+            self.open = None;
+        }
+        outcome
+    }
+
+    async fn connect(&self) -> Result<Open, Reply> {
+        let connect = TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port));
+        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(Reply::ConnectFailed(describe(&e))),
+            Err(_) => {
+                return Err(Reply::ConnectFailed(format!(
+                    "no connection within {CONNECT_TIMEOUT:?}"
+                )))
+            }
+        };
+        // Requests are small and answered at once: don't let Nagle hold them back.
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Reply::ConnectFailed(describe(&e)))?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Reply::ConnectFailed(describe(&e)))?;
+        Ok(Open {
+            sender,
+            connection: Box::pin(connection),
+        })
+    }
+}
+
+impl Open {
+    /// Sends `request` and reads its answer, polling the connection alongside; also
+    /// says whether the connection finished (and must not be used again).
+    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> (Reply, bool) {
+        let Open { sender, connection } = self;
+        let response = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>(Reply::Response { status, body })
+        };
+        let failed = |e: hyper::Error| Reply::Failed(describe(&e));
+        // The connection makes progress only while it is polled: beside the request.
+        tokio::pin!(response);
+        let ended = tokio::select! {
+            biased;
+            answered = &mut response => return (answered.unwrap_or_else(failed), false),
+            ended = connection.as_mut() => ended,
+        };
+        let outcome = match ended {
+            // Closed after its last answer (`Connection: close`): the answer is buffered,
+            // or the request fails as unanswered.
+            Ok(()) => response.await.unwrap_or_else(failed),
+            Err(e) => failed(e),
+        };
+        (outcome, true)
+    }
+}

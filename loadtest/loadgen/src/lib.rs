@@ -1,0 +1,27 @@
+//! `loadgen`: drives HTTP/1.1 load at one target and records what came back.
+//!
+//! - [`profile`]: how much load over time: closed-loop users (stepped or constant) or an
+//!   open-loop arrival rate;
+//! - [`target`]: where the requests go and what each one asks for ([`Requests`]);
+//! - [`run`]: the load loops; latencies counted from each request's intended start in the
+//!   open loop (no coordinated omission); every run bounded by its duration;
+//! - [`connection`]: keep-alive connections driven inside the task that sends on them;
+//! - [`record`]: a run's result per second (outcomes, users, HDR histograms), mergeable;
+//! - [`shard`]: one generator's exact part of a profile that several drive together.
+//!
+//! It knows nothing of the system under load: what a request asks for comes from the
+//! caller's [`Requests`], and a 2xx answer counts as partial only if the caller names a
+//! marker for that ([`Target::counting_partial`]).
+
+pub mod connection;
+pub mod profile;
+pub mod record;
+pub mod run;
+pub mod shard;
+pub mod target;
+
+pub use profile::Profile;
+pub use record::{LoadRecord, LoadSummary, MergeError, Outcome, Percentiles, SecondSample};
+pub use run::{run, run_recorded, unix_ms, RunOptions};
+pub use shard::Shard;
+pub use target::{Requests, Target};

@@ -1,0 +1,546 @@
+//! The load loops: closed-loop users (step or constant) with no think time, or an
+//! open-loop constant arrival rate whose latencies are measured from each request's
+//! *intended* send time (no coordinated omission). Every run is bounded by its duration
+//! and stops by itself.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::task::JoinSet;
+
+use crate::connection::{ConnectionPool, Reply, UserConnection};
+use crate::profile::Profile;
+use crate::record::{LoadRecord, LoadSummary, Outcome, Percentiles, SecondRecord};
+use crate::shard::Shard;
+use crate::target::Target;
+
+/// How long a closed-loop user waits after its connection could not be made.
+const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Most latencies `--record-samples` keeps (8 MB); beyond them it keeps none.
+const MAX_SAMPLES: usize = 1_000_000;
+
+/// Collects outcomes and latencies per second of the run.
+#[derive(Debug)]
+pub struct Recorder {
+    started: Instant,
+    seconds: Mutex<Vec<SecondRecord>>,
+    /// Every latency (µs), when asked for, up to `MAX_SAMPLES`.
+    samples: Option<Mutex<Vec<u64>>>,
+}
+
+impl Recorder {
+    pub fn new(started: Instant, keep_samples: bool) -> Self {
+        Self {
+            started,
+            seconds: Mutex::new(Vec::new()),
+            samples: keep_samples.then(|| Mutex::new(Vec::new())),
+        }
+    }
+
+    fn with_second<R>(&self, at: Instant, f: impl FnOnce(&mut SecondRecord) -> R) -> R {
+        let index = at.saturating_duration_since(self.started).as_secs() as usize;
+        let mut seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        if seconds.len() <= index {
+            seconds.resize_with(index + 1, SecondRecord::default);
+        }
+        f(&mut seconds[index])
+    }
+
+    /// Records a request that started (or was meant to start) at `at`.
+    pub fn record(&self, at: Instant, outcome: Outcome, latency: Duration) {
+        let micros = latency.as_micros().max(1) as u64;
+        self.with_second(at, |s| {
+            *s.outcomes.entry(outcome).or_default() += 1;
+            if outcome != Outcome::Dropped {
+                let _ = s.latency.record(micros);
+            }
+        });
+        if let (Some(samples), false) = (&self.samples, outcome == Outcome::Dropped) {
+            let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
+            if samples.len() < MAX_SAMPLES {
+                samples.push(micros);
+            }
+        }
+    }
+
+    /// For the progress line: the last complete second's requests and p95 (ms), and the
+    /// failed requests so far.
+    fn progress(&self) -> (Option<(u64, f64)>, u64) {
+        let seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let last = seconds.iter().rev().nth(1).map(|s| {
+            (
+                s.outcomes.values().sum::<u64>(),
+                Percentiles::of(&s.latency).p95,
+            )
+        });
+        let failed = seconds
+            .iter()
+            .flat_map(|s| s.outcomes.iter())
+            .filter(|(o, _)| **o != Outcome::Ok)
+            .map(|(_, n)| n)
+            .sum();
+        (last, failed)
+    }
+
+    /// Records how late a request scheduled for `intended` left.
+    pub fn record_send(&self, intended: Instant, lateness: Duration) {
+        let micros = lateness.as_micros().max(1) as u64;
+        self.with_second(intended, |s| {
+            let _ = s.send_lateness.record(micros);
+        });
+    }
+
+    pub fn set_users(&self, at: Instant, users: usize) {
+        self.with_second(at, |s| s.users = s.users.max(users));
+    }
+
+    /// The run as a mergeable record.
+    pub fn into_record(
+        self,
+        profile: Profile,
+        shard: Shard,
+        started_at_unix_ms: u64,
+    ) -> LoadRecord {
+        let samples_us = self
+            .samples
+            .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .filter(|s| s.len() < MAX_SAMPLES);
+        LoadRecord {
+            shard,
+            profile,
+            started_at_unix_ms,
+            seconds: self.seconds.into_inner().unwrap_or_else(|e| e.into_inner()),
+            samples_us,
+        }
+    }
+}
+
+fn progress_bar(show: bool, label: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(label.to_owned());
+    bar
+}
+
+/// How one generator takes part in a run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Its part of the profile.
+    pub shard: Shard,
+    /// When the run starts, the same for every shard of a run; now if unset.
+    pub start_at: Option<SystemTime>,
+    /// Keep every latency in the record, to check a merge against.
+    pub keep_samples: bool,
+    pub show_progress: bool,
+}
+
+/// Runs `profile` against `target` alone; returns when the profile's duration is over.
+pub async fn run(
+    target: Target,
+    profile: Profile,
+    show_progress: bool,
+    label: &str,
+) -> LoadSummary {
+    let options = RunOptions {
+        shard: Shard::WHOLE,
+        start_at: None,
+        keep_samples: false,
+        show_progress,
+    };
+    run_recorded(target, profile, options, label)
+        .await
+        .summary()
+}
+
+/// Runs this generator's shard of `profile`, from `options.start_at`, into a record that
+/// merges with the other shards'.
+pub async fn run_recorded(
+    target: Target,
+    profile: Profile,
+    options: RunOptions,
+    label: &str,
+) -> LoadRecord {
+    if let Some(wait) = options
+        .start_at
+        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+    {
+        tokio::time::sleep(wait).await;
+    }
+    let started = Instant::now();
+    let started_at_unix_ms = unix_ms(SystemTime::now());
+    let driver = Driver {
+        pool: Arc::new(ConnectionPool::new(target.endpoint.clone())),
+        target: Arc::new(target),
+        recorder: Arc::new(Recorder::new(started, options.keep_samples)),
+        bar: progress_bar(options.show_progress, label),
+        shard: options.shard,
+        started,
+        deadline: started + profile.duration(),
+    };
+    let mut tasks = match profile {
+        Profile::Arrival {
+            rate_per_sec,
+            max_in_flight,
+            ..
+        } => driver.open_loop(rate_per_sec, max_in_flight).await,
+        closed => driver.closed_loop(closed).await,
+    };
+    // Open-loop requests still in flight get until their timeout, then are cut off.
+    let grace = tokio::time::sleep(driver.target.timeout);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = tasks.join_next() => if next.is_none() { break },
+            _ = &mut grace => { tasks.abort_all(); break; }
+        }
+    }
+    driver.bar.finish_and_clear();
+    let Driver {
+        recorder, shard, ..
+    } = driver;
+    match Arc::try_unwrap(recorder) {
+        Ok(recorder) => recorder.into_record(profile, shard, started_at_unix_ms),
+        // Every task holding it has finished or been aborted, so this does not happen;
+        // an empty record would say so rather than panic.
+        Err(_) => Recorder::new(started, false).into_record(profile, shard, started_at_unix_ms),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What the request loops share.
+struct Driver {
+    /// The open loop's requests overlap: they share a pool of connections.
+    pool: Arc<ConnectionPool>,
+    target: Arc<Target>,
+    recorder: Arc<Recorder>,
+    bar: ProgressBar,
+    shard: Shard,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Driver {
+    /// Open loop: requests start on a fixed schedule whatever the answers; beyond
+    /// `max_in_flight` a request is dropped (and counted) rather than queued.
+    async fn open_loop(&self, rate_per_sec: f64, max_in_flight: usize) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
+        let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
+        let mut k: u32 = 0;
+        loop {
+            let intended = self.started + interval * k;
+            if intended >= self.deadline {
+                break;
+            }
+            k += 1;
+            if !self.shard.sends(u64::from(k - 1)) {
+                continue;
+            }
+            // Behind schedule, send at once (a timer per request would cost more than
+            // the send).
+            if intended > Instant::now() {
+                tokio::time::sleep_until(intended.into()).await;
+            }
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                self.recorder
+                    .record(intended, Outcome::Dropped, Duration::ZERO);
+                continue;
+            };
+            let (pool, target, recorder) = (
+                self.pool.clone(),
+                self.target.clone(),
+                self.recorder.clone(),
+            );
+            tasks.spawn(async move {
+                recorder.record_send(intended, intended.elapsed());
+                let outcome = match target.next_uri() {
+                    Ok(path_and_query) => {
+                        let mut connection = pool.take();
+                        let reply = connection.get(path_and_query, target.timeout).await;
+                        pool.give_back(connection);
+                        target.classify(&reply)
+                    }
+                    Err(_) => Outcome::Connection,
+                };
+                // Measured from the intended start: a late start counts as latency.
+                recorder.record(intended, outcome, intended.elapsed());
+                drop(permit);
+            });
+            if k.is_multiple_of(64) {
+                // Finished requests' tasks are let go as the run goes: memory stays
+                // bounded by the requests in flight, not by the run's length.
+                while tasks.try_join_next().is_some() {}
+                update_bar(&self.bar, &self.recorder, self.started, self.deadline, None);
+            }
+        }
+        tasks
+    }
+
+    /// Closed loop: the profile's users, each sending its next request when the last
+    /// one is answered; users beyond the current count stop after their request.
+    async fn closed_loop(&self, profile: Profile) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let desired = Arc::new(AtomicUsize::new(0));
+        let mut spawned = 0;
+        while Instant::now() < self.deadline {
+            let now = Instant::now();
+            let users = self.shard.users(profile.users_at(now - self.started));
+            desired.store(users, Ordering::Relaxed);
+            self.recorder.set_users(now, users);
+            while spawned < users {
+                tasks.spawn(self.user(spawned, desired.clone()));
+                spawned += 1;
+            }
+            update_bar(
+                &self.bar,
+                &self.recorder,
+                self.started,
+                self.deadline,
+                Some(users),
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        tasks
+    }
+
+    /// User `index`: requests one after another on a connection of its own while it is
+    /// wanted and time is left.
+    fn user(
+        &self,
+        index: usize,
+        desired: Arc<AtomicUsize>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (target, recorder, deadline) =
+            (self.target.clone(), self.recorder.clone(), self.deadline);
+        async move {
+            let mut connection = UserConnection::new(target.endpoint.clone());
+            // One clock reading per request: a request's end is the next one's start.
+            let mut sent = Instant::now();
+            while sent < deadline && index < desired.load(Ordering::Relaxed) {
+                let Ok(path_and_query) = target.next_uri() else {
+                    recorder.record(sent, Outcome::Connection, Duration::ZERO);
+                    break;
+                };
+                // One timer per request: the request's timeout, cut short by the run's end.
+                let remaining = deadline.saturating_duration_since(sent);
+                let reply = connection
+                    .get(path_and_query, target.timeout.min(remaining))
+                    .await;
+                let answered = Instant::now();
+                if matches!(reply, Reply::TimedOut) && answered >= deadline {
+                    // The run ended while this request was in flight.
+                    break;
+                }
+                let outcome = target.classify(&reply);
+                recorder.record(sent, outcome, answered - sent);
+                sent = answered;
+                if outcome == Outcome::ConnectFailed {
+                    // A target that went away is counted, not hammered in a tight loop.
+                    tokio::time::sleep(
+                        CONNECT_RETRY_PAUSE.min(deadline.saturating_duration_since(sent)),
+                    )
+                    .await;
+                    sent = Instant::now();
+                }
+            }
+        }
+    }
+}
+
+fn update_bar(
+    bar: &ProgressBar,
+    recorder: &Recorder,
+    started: Instant,
+    deadline: Instant,
+    users: Option<usize>,
+) {
+    if bar.is_hidden() {
+        return;
+    }
+    let elapsed = started.elapsed();
+    let (last_second, failed) = recorder.progress();
+    bar.set_message(format!(
+        "{:>4.0}/{:.0}s  users {:>3}  req/s {:>6.1}  p95 {:>7.1} ms  errors {}",
+        elapsed.as_secs_f64(),
+        (deadline - started).as_secs_f64(),
+        users.map(|u| u.to_string()).unwrap_or_else(|| "-".into()),
+        last_second.map_or(0.0, |(requests, _)| requests as f64),
+        last_second.map_or(0.0, |(_, p95)| p95),
+        failed,
+    ));
+    bar.tick();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_study_step_adds_four_users_every_ten_seconds_up_to_forty() {
+        let p = Profile::study_step(480.0);
+        let at = |s: u64| p.users_at(Duration::from_secs(s));
+        assert_eq!(
+            (at(0), at(9), at(10), at(25), at(90), at(300)),
+            (4, 4, 8, 12, 40, 40)
+        );
+        assert_eq!(p.duration(), Duration::from_secs(480));
+    }
+
+    #[test]
+    fn histograms_merge_into_totals_and_series() {
+        let start = Instant::now();
+        let recorder = Recorder::new(start, false);
+        for ms in [10, 20, 30, 40] {
+            recorder.record(start, Outcome::Ok, Duration::from_millis(ms));
+        }
+        recorder.record(
+            start + Duration::from_millis(1500),
+            Outcome::Http5xx,
+            Duration::from_millis(100),
+        );
+        recorder.record(
+            start + Duration::from_millis(1500),
+            Outcome::Ok,
+            Duration::from_millis(1000),
+        );
+        let profile = Profile::Constant {
+            users: 1,
+            duration_secs: 2.0,
+        };
+        let s = recorder.into_record(profile, Shard::WHOLE, 0).summary();
+        assert_eq!(
+            (s.requests, s.successful_requests, s.failed_requests),
+            (6, 5, 1)
+        );
+        assert_eq!(s.series.len(), 2);
+        assert_eq!((s.series[0].requests, s.series[1].errors), (4, 1));
+        assert!(
+            (s.latency_ms.max - 1000.0).abs() < 1.0,
+            "{:?}",
+            s.latency_ms
+        );
+        assert!((s.series[0].latency_ms.p50 - 20.0).abs() < 0.1);
+        assert!((s.throughput_rps - 2.5).abs() < 1e-9);
+    }
+
+    /// An answer of the stub servers below: what to say, and whether to close after.
+    type Handler = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+    /// Serves every request on a loopback port with `{"partial":false}` after `handler`
+    /// (which says whether to close the connection after the answer); a target there.
+    async fn serve_target(handler: Handler) -> Target {
+        use hyper::server::conn::http1;
+        use hyper::service::service_fn;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let service = service_fn(move |_request| async move {
+                    let close = handler().await;
+                    let mut answer = hyper::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from_static(b"{\"partial\":false}"),
+                    ));
+                    if close {
+                        answer.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
+                    Ok::<_, std::convert::Infallible>(answer)
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                tokio::spawn(http1::Builder::new().serve_connection(io, service));
+            }
+        });
+        target_at(addr)
+    }
+
+    fn target_at(addr: std::net::SocketAddr) -> Target {
+        let url = url::Url::parse(&format!("http://{addr}/")).expect("url");
+        Target::new(url, "/invoices?n=1".to_owned(), Duration::from_secs(10))
+            .expect("target")
+            .counting_partial(b"\"partial\":true")
+    }
+
+    /// One request at a time, each answered after 300 ms.
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+    #[tokio::test]
+    async fn open_loop_latency_counts_from_the_intended_start() {
+        // A server that answers after 300 ms, one request at a time: later requests of a
+        // 20/s schedule queue behind it, and their latency must include that wait.
+        let target = serve_target(|| {
+            Box::pin(async {
+                let _serial = SERIAL.lock().await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                false
+            })
+        })
+        .await;
+        let profile = Profile::Arrival {
+            rate_per_sec: 20.0,
+            duration_secs: 0.5,
+            max_in_flight: 100,
+        };
+        let summary = run(target, profile, false, "test").await;
+        assert_eq!(summary.requests, 10);
+        // Served one by one, the tenth request waits for nine others: ~3 s from its
+        // intended start, though its own service took 300 ms.
+        assert!(summary.latency_ms.max > 2000.0, "{:?}", summary.latency_ms);
+        // ... while the sends themselves kept to the schedule.
+        let late = summary
+            .send_lateness_ms
+            .expect("an open loop reports send lateness");
+        assert!(late.max < 250.0, "{late:?}");
+    }
+
+    #[tokio::test]
+    async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
+        // Every answer closes its connection: each user's next request needs a new one.
+        let target = serve_target(|| Box::pin(async { true })).await;
+        let profile = Profile::Constant {
+            users: 3,
+            duration_secs: 0.5,
+        };
+        let summary = run(target, profile, false, "test").await;
+        assert!(summary.requests > 3, "{summary:?}");
+        assert_eq!(summary.successful_requests, summary.requests, "{summary:?}");
+        assert_eq!(summary.send_lateness_ms, None);
+    }
+
+    #[tokio::test]
+    async fn a_target_that_refuses_connections_is_counted_not_hammered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let target = target_at(addr);
+        assert!(target.check_reachable().await.is_err());
+        let profile = Profile::Constant {
+            users: 2,
+            duration_secs: 0.5,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let refused = summary.outcomes.get(&Outcome::ConnectFailed).copied();
+        assert_eq!(refused, Some(summary.requests), "{summary:?}");
+        // Each user pauses 50 ms after a failed connect: about 20 attempts, not 100,000.
+        assert!((2..100).contains(&summary.requests), "{summary:?}");
+    }
+}

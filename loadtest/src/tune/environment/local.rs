@@ -1,0 +1,99 @@
+//! The local stack: every component started here as its own process, seeded with the
+//! emulator's latency model off, utilization-service restarted when a stage's knobs
+//! change (as a rollout would), CPU and memory read from `/proc`.
+
+use std::path::Path;
+
+use dronelab_contract::{QueryKnobs, Service};
+use dronelab_study::{EmulatorModel, Stage};
+use local_stack::resources::ResourceSampler;
+use local_stack::Stack;
+use trace_analysis::client::TraceApi;
+
+use super::{Environment, Reach, ResourceSampling};
+use crate::emulator::EmulatorAdmin;
+use crate::tune::{TuneArgs, TuneError};
+
+pub struct LocalStack {
+    stack: Stack,
+    reach: Reach,
+    /// The query knobs utilization-service runs with now.
+    knobs: QueryKnobs,
+}
+
+impl LocalStack {
+    /// Starts the stack with `first`'s partitions and knobs, logs in `dir/logs`, and seeds
+    /// it unless `--skip-seed`.
+    pub async fn start(
+        args: &TuneArgs,
+        first: &Stage,
+        dir: &Path,
+        model: &EmulatorModel,
+    ) -> Result<Self, TuneError> {
+        eprintln!("starting the local stack (logs in {}/logs)", dir.display());
+        let mut stack = Stack::start(&dir.join("logs"), first.config.partitions, model).await?;
+        let emulator = EmulatorAdmin::of_stack(&stack);
+        let mut seed = args.seed.clone();
+        seed.cosmos.endpoint = stack.emulator.url.to_string();
+        if !args.skip_seed {
+            crate::emulator::seed(Some(&emulator), &seed).await?;
+        }
+        let knobs = first.config.knobs();
+        stack.start_services(knobs).await?;
+        let viewer = stack.trace_viewer.as_ref().map(|v| v.url.clone());
+        if let Some(viewer) = &viewer {
+            eprintln!("trace viewer: {viewer}");
+        }
+        let reach = Reach {
+            gateway: stack
+                .url(Service::Gateway.name())
+                .cloned()
+                .ok_or_else(|| TuneError::Target("the stack has no gateway".into()))?,
+            seed,
+            emulator: Some(emulator),
+            traces: args.traces_api.clone().or(viewer).map(TraceApi::new),
+            utilization: stack.url(Service::Utilization.name()).cloned(),
+        };
+        Ok(Self {
+            stack,
+            reach,
+            knobs,
+        })
+    }
+}
+
+impl Environment for LocalStack {
+    fn reach(&self) -> &Reach {
+        &self.reach
+    }
+
+    async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {
+        let wanted = stage.config.knobs();
+        if wanted != self.knobs {
+            self.stack.restart_utilization(wanted).await?;
+            self.reach.utilization = self.stack.url(Service::Utilization.name()).cloned();
+            self.knobs = wanted;
+        }
+        Ok(())
+    }
+
+    fn sample_resources(&self) -> ResourceSampling {
+        let processes = self
+            .stack
+            .components()
+            .filter_map(|c| Some((c.name.to_owned(), c.pid()?)))
+            .collect();
+        ResourceSampling::Processes(ResourceSampler::start(processes))
+    }
+
+    async fn close(self, keep_up: bool) {
+        if keep_up {
+            println!("\nthe stack stays up (Ctrl-C stops it):");
+            for c in self.stack.components() {
+                println!("  {:20} {}", c.name, c.url);
+            }
+            service_kit::server::shutdown_signal().await;
+        }
+        self.stack.shutdown().await;
+    }
+}

@@ -1,0 +1,194 @@
+//! The lab's data set, generated deterministically from a seed number: owners, their
+//! drones, and per month one utilization record per drone plus a delivery and a package
+//! summary. The same seed always yields the same documents, so seeding is idempotent
+//! (upserts) and expected values can be recomputed anywhere. [`OwnerMonths`] are the
+//! requests the load sends: random owner-months of the set.
+
+use dronelab_contract::cosmos::{summary_id, utilization_id};
+use dronelab_contract::Container;
+use rand::Rng;
+use serde_json::{json, Value};
+
+/// The most recent month of data; earlier months count back from it.
+const LAST_YEAR: u32 = 2026;
+const LAST_MONTH: u32 = 12;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataSet {
+    pub seed: u64,
+    pub owners: usize,
+    pub months: usize,
+    pub drones_per_owner: usize,
+}
+
+/// SplitMix64: a tiny, well-mixed deterministic hash for generating values.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl DataSet {
+    fn hash(&self, parts: &[u64]) -> u64 {
+        parts.iter().fold(mix(self.seed), |h, p| mix(h ^ p))
+    }
+
+    pub fn owner_id(owner: usize) -> String {
+        format!("o{owner:05}")
+    }
+
+    pub fn drone_id(owner: usize, drone: usize) -> String {
+        format!("d{owner:05}-{drone}")
+    }
+
+    /// `(year, month)` of month index `i`, counting back from the last month.
+    pub fn month(i: usize) -> (u16, u8) {
+        let total = LAST_YEAR * 12 + (LAST_MONTH - 1) - i as u32;
+        ((total / 12) as u16, (total % 12 + 1) as u8)
+    }
+
+    pub fn utilization_doc(&self, owner: usize, month_index: usize, drone: usize) -> Value {
+        let (year, month) = Self::month(month_index);
+        let h = self.hash(&[1, owner as u64, month_index as u64, drone as u64]);
+        json!({
+            "id": utilization_id(&Self::drone_id(owner, drone), year, month),
+            "droneId": Self::drone_id(owner, drone),
+            "ownerId": Self::owner_id(owner),
+            "year": year,
+            "month": month,
+            "traveledMiles": (h % 50_000) as f64 / 100.0,
+            "assignedHours": ((h >> 20) % 2_000) as f64 / 10.0,
+        })
+    }
+
+    fn summary_id(owner: usize, month_index: usize) -> String {
+        let (year, month) = Self::month(month_index);
+        summary_id(&Self::owner_id(owner), year, month)
+    }
+
+    pub fn delivery_doc(&self, owner: usize, month_index: usize) -> Value {
+        let count = 1 + self.hash(&[2, owner as u64, month_index as u64]) % 40;
+        json!({"id": Self::summary_id(owner, month_index), "ownerId": Self::owner_id(owner), "count": count})
+    }
+
+    pub fn package_doc(&self, owner: usize, month_index: usize) -> Value {
+        let h = self.hash(&[3, owner as u64, month_index as u64]);
+        let count = 1 + h % 60;
+        json!({
+            "id": Self::summary_id(owner, month_index),
+            "ownerId": Self::owner_id(owner),
+            "count": count,
+            "totalWeightKg": (count * (5 + (h >> 16) % 40)) as f64 / 10.0,
+        })
+    }
+
+    /// Documents per container, in the order of `Container::ALL`.
+    pub fn document_counts(&self) -> [usize; 4] {
+        let records = self.owners * self.months * self.drones_per_owner;
+        let summaries = self.owners * self.months;
+        [records, records, summaries, summaries]
+    }
+
+    /// Every document with its container and partition key value.
+    pub fn documents(&self) -> impl Iterator<Item = (Container, String, Value)> + '_ {
+        (0..self.owners).flat_map(move |owner| {
+            (0..self.months).flat_map(move |m| {
+                let records = (0..self.drones_per_owner).flat_map(move |d| {
+                    let doc = self.utilization_doc(owner, m, d);
+                    [
+                        (
+                            Container::Utilization,
+                            Self::drone_id(owner, d),
+                            doc.clone(),
+                        ),
+                        (Container::UtilizationByOwner, Self::owner_id(owner), doc),
+                    ]
+                });
+                records.chain([
+                    (
+                        Container::Deliveries,
+                        Self::owner_id(owner),
+                        self.delivery_doc(owner, m),
+                    ),
+                    (
+                        Container::Packages,
+                        Self::owner_id(owner),
+                        self.package_doc(owner, m),
+                    ),
+                ])
+            })
+        })
+    }
+}
+
+/// Requests for `path` (an invoice-path route) with a random owner-month of `data`:
+/// `path?ownerId=…&year=…&month=…`, every owner and month equally likely.
+#[derive(Debug, Clone)]
+pub struct OwnerMonths {
+    pub path: String,
+    pub data: DataSet,
+}
+
+impl loadgen::Requests for OwnerMonths {
+    fn next_path(&self) -> String {
+        let mut rng = rand::rng();
+        let owner = rng.random_range(0..self.data.owners.max(1));
+        let (year, month) = DataSet::month(rng.random_range(0..self.data.months.max(1)));
+        format!(
+            "{}?ownerId={}&year={year}&month={month}",
+            self.path,
+            DataSet::owner_id(owner)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_is_deterministic_and_counts_match() {
+        let set = DataSet {
+            seed: 7,
+            owners: 3,
+            months: 14,
+            drones_per_owner: 2,
+        };
+        let a: Vec<_> = set.documents().collect();
+        let b: Vec<_> = set.documents().collect();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), set.document_counts().iter().sum::<usize>());
+        let other = DataSet { seed: 8, ..set };
+        assert_ne!(a, other.documents().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn requests_ask_for_owner_months_of_the_set() {
+        use loadgen::Requests as _;
+        let requests = OwnerMonths {
+            path: "/api/invoices".into(),
+            data: DataSet {
+                seed: 1,
+                owners: 3,
+                months: 2,
+                drones_per_owner: 1,
+            },
+        };
+        for _ in 0..50 {
+            let path = requests.next_path();
+            let query = path.strip_prefix("/api/invoices?").expect(&path);
+            let request = dronelab_contract::OwnerMonth::from_query(Some(query)).expect(&path);
+            assert!(["o00000", "o00001", "o00002"].contains(&request.owner_id.as_str()));
+            assert_eq!(request.year.get(), 2026);
+            assert!([11, 12].contains(&request.month.get()), "{path}");
+        }
+    }
+
+    #[test]
+    fn months_count_back_across_years() {
+        assert_eq!(DataSet::month(0), (2026, 12));
+        assert_eq!(DataSet::month(11), (2026, 1));
+        assert_eq!(DataSet::month(12), (2025, 12));
+    }
+}

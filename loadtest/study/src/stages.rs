@@ -1,0 +1,162 @@
+//! The tuning stages, one TOML file each in `loadtest/stages/` (embedded in the binary so
+//! the run works from any directory; `--stages DIR` reads others).
+
+use std::path::Path;
+
+use dronelab_contract::{QueryKnobs, QueryParallelism};
+use serde::{Deserialize, Serialize};
+
+/// A stage's configuration (mirrored by `k8s/overlays/<stage>`; a contract test checks).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageConfig {
+    pub provisioned_ru_per_second: u64,
+    pub partitions: u16,
+    pub query_parallelism: QueryParallelism,
+    pub use_partition_key: bool,
+}
+
+impl StageConfig {
+    /// The utilization service's knobs in this stage.
+    pub fn knobs(&self) -> QueryKnobs {
+        QueryKnobs {
+            parallelism: self.query_parallelism,
+            use_partition_key: self.use_partition_key,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub name: String,
+    pub description: String,
+    #[serde(flatten)]
+    pub config: StageConfig,
+}
+
+const EMBEDDED: [(&str, &str); 4] = [
+    ("1-baseline", include_str!("../../stages/1-baseline.toml")),
+    ("2-more-ru", include_str!("../../stages/2-more-ru.toml")),
+    ("3-parallel", include_str!("../../stages/3-parallel.toml")),
+    (
+        "4-partition-key",
+        include_str!("../../stages/4-partition-key.toml"),
+    ),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("stage file {file}: {reason}")]
+    Invalid { file: String, reason: String },
+    #[error("cannot read stages from {dir}: {source}")]
+    Io { dir: String, source: std::io::Error },
+}
+
+fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        description: String,
+        #[serde(flatten)]
+        config: StageConfig,
+    }
+    let file: File = toml::from_str(text).map_err(|e| StageError::Invalid {
+        file: name.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let invalid = |reason: &str| StageError::Invalid {
+        file: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    // The name becomes an overlay directory and part of `--stage-command`'s shell line.
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err(invalid(
+            "the file name must be letters, digits, '-', '_' or '.'",
+        ));
+    }
+    if file.config.provisioned_ru_per_second == 0 {
+        return Err(invalid("provisioned_ru_per_second must be positive"));
+    }
+    if !(1..=256).contains(&file.config.partitions) {
+        return Err(invalid("partitions must be 1..=256"));
+    }
+    Ok(Stage {
+        name: name.to_owned(),
+        description: file.description,
+        config: file.config,
+    })
+}
+
+/// The built-in stages, in order.
+pub fn builtin() -> Result<Vec<Stage>, StageError> {
+    EMBEDDED
+        .iter()
+        .map(|(name, text)| parse(name, text))
+        .collect()
+}
+
+/// Every `*.toml` in `dir`, ordered by file name.
+pub fn from_dir(dir: &Path) -> Result<Vec<Stage>, StageError> {
+    let io = |source| StageError::Io {
+        dir: dir.display().to_string(),
+        source,
+    };
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let text = std::fs::read_to_string(path).map_err(io)?;
+            parse(&name, &text)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_stages_match_the_study() {
+        let stages = builtin().expect("stages parse");
+        let summary: Vec<(u64, u16, i64, bool)> = stages
+            .iter()
+            .map(|s| {
+                let c = &s.config;
+                (
+                    c.provisioned_ru_per_second,
+                    c.partitions,
+                    c.query_parallelism.as_i64(),
+                    c.use_partition_key,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (900, 9, 0, false),
+                (2500, 9, 0, false),
+                (2500, 9, -1, false),
+                (2500, 9, -1, true)
+            ]
+        );
+        assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 0\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false").is_err());
+        assert!(parse("x", "nonsense").is_err());
+        assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = -2\nuse_partition_key = false").is_err());
+        let valid = "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false";
+        assert!(parse("5-mine", valid).is_ok());
+        assert!(
+            parse("x;rm -rf", valid).is_err(),
+            "a name that is not plain"
+        );
+    }
+}

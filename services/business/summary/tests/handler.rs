@@ -1,0 +1,201 @@
+//! The summary handler against the emulator, through the real SDK: a point read by id
+//! and owner, a month without a document as zero, a missing container as an error, bad
+//! input as a 400 naming the parameter, and the read as a span with its attempt.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use cosmos_emulator::{Config, InProcess};
+use cosmos_kit::CosmosArgs;
+use dronelab_contract::telemetry::{attribute, metric};
+use dronelab_contract::{routes, Container, PackageSummary, Service, DATABASE};
+use http_body_util::BodyExt as _;
+use opentelemetry::trace::SpanKind;
+use opentelemetry_sdk::trace::InMemorySpanExporter;
+use service_kit::Telemetry;
+use summary_backend::{build_app, Summary, SummaryArgs, SummaryState};
+use tower::ServiceExt as _;
+
+/// A package-shaped summary backend, as package-service is.
+struct Packages;
+
+impl Summary for Packages {
+    const SERVICE: Service = Service::Package;
+    const ABOUT: &'static str = "test";
+    type Body = PackageSummary;
+    const CONTAINER: Container = Container::Packages;
+    const ROUTE: &'static str = routes::PACKAGE_SUMMARY;
+}
+
+fn cosmos(emulator: &InProcess) -> CosmosArgs {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cosmos: CosmosArgs,
+    }
+    let mut args = Cli::parse_from(["test"]).cosmos;
+    args.endpoint = emulator.endpoint();
+    args
+}
+
+/// An emulator with the lab's containers and one package summary: o00001, March 2026.
+async fn seeded() -> InProcess {
+    let emulator = InProcess::start(&Config::for_tests())
+        .await
+        .expect("emulator");
+    let client = cosmos(&emulator).connect().await.expect("client");
+    dronelab_study::seed::ensure_containers(&client, DATABASE, 10_000)
+        .await
+        .expect("containers");
+    let packages = client
+        .database_client(DATABASE)
+        .container_client(Container::Packages.name(), None)
+        .await
+        .expect("container");
+    let summary = serde_json::json!({
+        "id": "o00001-2026-03", "ownerId": "o00001", "count": 12, "totalWeightKg": 34.5
+    });
+    packages
+        .upsert_item("o00001", "o00001-2026-03", &summary, None)
+        .await
+        .expect("upsert");
+    emulator
+}
+
+async fn get(app: &axum::Router, query: &str) -> (StatusCode, serde_json::Value) {
+    let request = Request::get(format!("{}?{query}", routes::PACKAGE_SUMMARY))
+        .body(Body::empty())
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("served");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or_default())
+}
+
+async fn app_on(
+    emulator: &InProcess,
+    spans: &InMemorySpanExporter,
+) -> (axum::Router, Arc<SummaryState<Packages>>) {
+    let args = SummaryArgs {
+        cosmos: cosmos(emulator),
+    };
+    let telemetry = Telemetry::with_exporter(Service::Package.name(), spans.clone());
+    let state = SummaryState::<Packages>::connect(&args, telemetry)
+        .await
+        .expect("connected");
+    (build_app(state.clone()), state)
+}
+
+#[tokio::test]
+async fn a_summary_is_read_by_owner_and_month_and_a_month_without_one_is_zero() {
+    let emulator = seeded().await;
+    let spans = InMemorySpanExporter::default();
+    let (app, _) = app_on(&emulator, &spans).await;
+    let (status, found) = get(&app, "ownerId=o00001&year=2026&month=3").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        found,
+        serde_json::json!({"count": 12, "totalWeightKg": 34.5})
+    );
+    let (status, empty) = get(&app, "ownerId=o00001&year=2026&month=4").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(empty, serde_json::json!({"count": 0, "totalWeightKg": 0.0}));
+}
+
+#[tokio::test]
+async fn the_read_is_a_span_with_its_attempt_and_its_cost_in_the_metrics() {
+    let emulator = seeded().await;
+    let spans = InMemorySpanExporter::default();
+    let (app, _) = app_on(&emulator, &spans).await;
+    get(&app, "ownerId=o00001&year=2026&month=3").await;
+    let finished = spans.get_finished_spans().expect("spans");
+    let read = finished
+        .iter()
+        .find(|s| s.name == "read_item packages" && s.span_kind == SpanKind::Internal)
+        .expect("the read's span");
+    let attempts: Vec<_> = finished
+        .iter()
+        .filter(|s| {
+            s.span_kind == SpanKind::Client && s.parent_span_id == read.span_context.span_id()
+        })
+        .collect();
+    assert_eq!(attempts.len(), 1, "{finished:?}");
+    let value = |key: &str| {
+        attempts[0]
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.as_str().into_owned())
+    };
+    assert_eq!(
+        value(attribute::DB_RESPONSE_STATUS_CODE).as_deref(),
+        Some("200")
+    );
+    assert_eq!(
+        value(attribute::DB_OPERATION_NAME).as_deref(),
+        Some("read_item")
+    );
+    assert_eq!(
+        value(attribute::COSMOS_REQUEST_CHARGE).as_deref(),
+        Some("1")
+    );
+    let request = Request::get(routes::METRICS)
+        .body(Body::empty())
+        .expect("request");
+    let text = app
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("served")
+        .into_body();
+    let text =
+        String::from_utf8_lossy(&text.collect().await.expect("body").to_bytes()).into_owned();
+    assert!(
+        text.contains(&format!(
+            r#"{}{{operation="read_item",container="packages",status="200",sub_status="0"}} 1"#,
+            metric::COSMOS_REQUESTS
+        )),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_parameter() {
+    let emulator = seeded().await;
+    let spans = InMemorySpanExporter::default();
+    let (app, _) = app_on(&emulator, &spans).await;
+    let (status, problem) = get(&app, "ownerId=o00001&year=2026&month=13").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let names: Vec<&str> = problem["invalidParams"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["month"], "{problem}");
+}
+
+#[tokio::test]
+async fn a_missing_container_is_an_error_not_a_silent_zero() {
+    let emulator = seeded().await;
+    let spans = InMemorySpanExporter::default();
+    let (app, _) = app_on(&emulator, &spans).await;
+    let client = cosmos(&emulator).connect().await.expect("client");
+    client
+        .database_client(DATABASE)
+        .container_client(Container::Packages.name(), None)
+        .await
+        .expect("container")
+        .delete(None)
+        .await
+        .expect("deleted");
+    let (status, _) = get(&app, "ownerId=o00001&year=2026&month=3").await;
+    assert!(status.is_server_error(), "{status}");
+}

@@ -1,0 +1,247 @@
+//! The study's query against the emulator (3 physical partitions), through the real SDK:
+//! every shape of the query gives the same sums; the serial drain visits one partition
+//! after another, the parallel one all at once, the partition key only one; the cost
+//! per operation reaches the metrics; bad input is a 400 naming the parameter.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use cosmos_emulator::{Config, InProcess};
+use cosmos_kit::CosmosArgs;
+use dronelab_contract::telemetry::{attribute, metric};
+use dronelab_contract::{routes, Container, QueryParallelism, Utilization, DATABASE};
+use http_body_util::BodyExt as _;
+use opentelemetry::trace::SpanKind;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
+use service_kit::Telemetry;
+use tower::ServiceExt as _;
+use utilization_service::{build_app, AppState, UtilizationArgs};
+
+const PARTITIONS: u16 = 3;
+/// The owner-month asked for; its records, one per drone.
+const OWNER: &str = "o00001";
+const RECORDS: [(&str, f64, f64); 4] = [
+    ("d1", 10.5, 2.0),
+    ("d2", 20.25, 3.5),
+    ("d3", 1.0, 0.5),
+    ("d4", 100.0, 10.0),
+];
+
+fn cosmos(emulator: &InProcess) -> CosmosArgs {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        cosmos: CosmosArgs,
+    }
+    let mut args = Cli::parse_from(["test"]).cosmos;
+    args.endpoint = emulator.endpoint();
+    args
+}
+
+/// The owner's records for March 2026 in both utilization containers, and another
+/// owner's and another month's records that the query must leave out.
+async fn seeded() -> InProcess {
+    let mut config = Config::for_tests();
+    config.partitions = PARTITIONS;
+    let emulator = InProcess::start(&config).await.expect("emulator");
+    let client = cosmos(&emulator).connect().await.expect("client");
+    dronelab_study::seed::ensure_containers(&client, DATABASE, 100_000)
+        .await
+        .expect("containers");
+    let db = client.database_client(DATABASE);
+    let by_drone = db
+        .container_client(Container::Utilization.name(), None)
+        .await
+        .expect("container");
+    let by_owner = db
+        .container_client(Container::UtilizationByOwner.name(), None)
+        .await
+        .expect("container");
+    let mut records: Vec<(String, &str, u8, f64, f64)> = RECORDS
+        .iter()
+        .map(|(drone, miles, hours)| (drone.to_string(), OWNER, 3, *miles, *hours))
+        .collect();
+    records.push(("d9".into(), "o00002", 3, 999.0, 99.0));
+    records.push(("d1".into(), OWNER, 4, 888.0, 88.0));
+    for (drone, owner, month, miles, hours) in records {
+        let id = format!("{drone}-2026-{month:02}");
+        let doc = serde_json::json!({
+            "id": id, "droneId": drone, "ownerId": owner, "year": 2026, "month": month,
+            "traveledMiles": miles, "assignedHours": hours,
+        });
+        by_drone
+            .upsert_item(drone.clone(), &id, &doc, None)
+            .await
+            .expect("upsert");
+        by_owner
+            .upsert_item(owner, &id, &doc, None)
+            .await
+            .expect("upsert");
+    }
+    emulator
+}
+
+/// The service with `parallelism` and `use_partition_key`, spans kept in memory.
+async fn service(
+    emulator: &InProcess,
+    parallelism: &str,
+    use_partition_key: bool,
+) -> (axum::Router, InMemorySpanExporter) {
+    let args = UtilizationArgs {
+        cosmos: cosmos(emulator),
+        query_parallelism: parallelism
+            .parse::<QueryParallelism>()
+            .expect("parallelism"),
+        use_partition_key,
+    };
+    let spans = InMemorySpanExporter::default();
+    let telemetry = Telemetry::with_exporter("utilization-service", spans.clone());
+    let state = AppState::connect(&args, telemetry)
+        .await
+        .expect("connected");
+    (build_app(state), spans)
+}
+
+async fn get(app: &axum::Router, uri: &str) -> (StatusCode, Vec<u8>) {
+    let request = Request::get(uri).body(Body::empty()).expect("request");
+    let response = app.clone().oneshot(request).await.expect("served");
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, body.to_vec())
+}
+
+async fn utilization(app: &axum::Router) -> Utilization {
+    let uri = format!("{}?ownerId={OWNER}&year=2026&month=3", routes::UTILIZATION);
+    let (status, body) = get(app, &uri).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).expect("utilization json")
+}
+
+/// The Cosmos attempt spans of one request.
+fn attempts(spans: &InMemorySpanExporter) -> Vec<SpanData> {
+    spans
+        .get_finished_spans()
+        .expect("spans")
+        .into_iter()
+        .filter(|s| s.span_kind == SpanKind::Client)
+        .collect()
+}
+
+/// Most attempts in flight at one instant.
+fn most_at_once(attempts: &[SpanData]) -> usize {
+    attempts
+        .iter()
+        .map(|a| {
+            attempts
+                .iter()
+                .filter(|b| b.start_time < a.end_time && a.start_time < b.end_time)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn ranges(attempts: &[SpanData]) -> std::collections::BTreeSet<String> {
+    attempts
+        .iter()
+        .filter_map(|a| {
+            a.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == attribute::COSMOS_PARTITION_KEY_RANGE_ID)
+                .map(|kv| kv.value.as_str().into_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_shape_of_the_query_sums_the_same_records() {
+    let emulator = seeded().await;
+    let expected = RECORDS
+        .iter()
+        .fold((0.0, 0.0), |(m, h), (_, miles, hours)| {
+            (m + miles, h + hours)
+        });
+    for (parallelism, use_key) in [("0", false), ("-1", false), ("2", false), ("0", true)] {
+        let (app, _) = service(&emulator, parallelism, use_key).await;
+        let sum = utilization(&app).await;
+        assert!(
+            (sum.traveled_miles - expected.0).abs() < 1e-9
+                && (sum.assigned_hours - expected.1).abs() < 1e-9,
+            "parallelism {parallelism}, key {use_key}: {sum:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn serial_visits_partitions_one_by_one_parallel_at_once_and_the_key_only_one() {
+    let emulator = seeded().await;
+    let (serial, serial_spans) = service(&emulator, "0", false).await;
+    utilization(&serial).await;
+    let serial = attempts(&serial_spans);
+    assert_eq!(ranges(&serial).len(), usize::from(PARTITIONS), "{serial:?}");
+    assert_eq!(most_at_once(&serial), 1);
+
+    let (parallel, parallel_spans) = service(&emulator, "-1", false).await;
+    utilization(&parallel).await;
+    let parallel = attempts(&parallel_spans);
+    assert_eq!(ranges(&parallel).len(), usize::from(PARTITIONS));
+    let query_spans = parallel_spans
+        .get_finished_spans()
+        .expect("spans")
+        .into_iter()
+        .filter(|s| s.name == "query utilization")
+        .count();
+    assert_eq!(
+        query_spans,
+        usize::from(PARTITIONS),
+        "one query span per feed range"
+    );
+
+    let (keyed, keyed_spans) = service(&emulator, "-1", true).await;
+    utilization(&keyed).await;
+    let keyed = attempts(&keyed_spans);
+    assert_eq!(keyed.len(), 1, "{keyed:?}");
+}
+
+#[tokio::test]
+async fn the_cost_of_each_query_reaches_the_metrics() {
+    let emulator = seeded().await;
+    let (app, _) = service(&emulator, "0", false).await;
+    utilization(&app).await;
+    utilization(&app).await;
+    let (_, text) = get(&app, routes::METRICS).await;
+    let text = String::from_utf8_lossy(&text);
+    let calls = format!(
+        r#"{}_sum{{operation="query_items",container="utilization"}} "#,
+        metric::COSMOS_CALLS_PER_OPERATION
+    );
+    let sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&calls))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{calls} in {text}"));
+    assert_eq!(
+        sum,
+        2.0 * f64::from(PARTITIONS),
+        "two queries, one call per partition"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_parameter() {
+    let emulator = seeded().await;
+    let (app, _) = service(&emulator, "0", false).await;
+    let (status, body) = get(
+        &app,
+        &format!("{}?ownerId=&year=2026&month=3", routes::UTILIZATION),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem json");
+    assert_eq!(problem["invalidParams"][0]["name"], "ownerId", "{problem}");
+}

@@ -1,0 +1,99 @@
+//! The names telemetry is written and read by, once: span attributes, span names and
+//! metric names. The services write them (`service-kit`, `cosmos-kit`, the gateway),
+//! the trace tooling reads them (`trace-analysis`, the trace viewer and its UI, which
+//! gets them from the viewer), the tuning run scrapes them, and the Grafana dashboard
+//! queries them. Where OpenTelemetry's semantic conventions name a thing, these are
+//! its names.
+
+/// Span attribute keys.
+pub mod attribute {
+    // OpenTelemetry's HTTP conventions.
+    pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+    pub const HTTP_REQUEST_METHOD_ORIGINAL: &str = "http.request.method_original";
+    pub const HTTP_ROUTE: &str = "http.route";
+    pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+    pub const SERVER_ADDRESS: &str = "server.address";
+    pub const SERVER_PORT: &str = "server.port";
+    pub const URL_FULL: &str = "url.full";
+    pub const ERROR_TYPE: &str = "error.type";
+
+    // OpenTelemetry's database conventions, and Azure Cosmos DB's own.
+    pub const DB_SYSTEM_NAME: &str = "db.system.name";
+    pub const DB_OPERATION_NAME: &str = "db.operation.name";
+    pub const DB_COLLECTION_NAME: &str = "db.collection.name";
+    pub const DB_RESPONSE_STATUS_CODE: &str = "db.response.status_code";
+    pub const DB_QUERY_TEXT: &str = "db.query.text";
+    pub const COSMOS_SUB_STATUS_CODE: &str = "azure.cosmosdb.response.sub_status_code";
+    pub const COSMOS_REQUEST_CHARGE: &str = "azure.cosmosdb.operation.request_charge";
+    /// The partition key range (physical partition) an attempt reached.
+    pub const COSMOS_PARTITION_KEY_RANGE_ID: &str = "azure.cosmosdb.partition_key_range_id";
+    /// The attempt's number among the attempts at the same range (1 = first try).
+    pub const COSMOS_ATTEMPT: &str = "azure.cosmosdb.attempt";
+    pub const COSMOS_EXECUTION_CONTEXT: &str = "azure.cosmosdb.execution_context";
+    /// Which part of the container a query span covers (a feed range, all, a key).
+    pub const COSMOS_QUERY_SCOPE: &str = "azure.cosmosdb.query.scope";
+    /// Totals over an operation span's attempts.
+    pub const COSMOS_CALLS: &str = "azure.cosmosdb.calls";
+    pub const COSMOS_THROTTLED_CALLS: &str = "azure.cosmosdb.throttled_calls";
+    pub const COSMOS_OPERATION_REQUEST_CHARGE: &str = "azure.cosmosdb.request_charge";
+
+    // dronelab's own.
+    pub const INVOICE_PARTIAL: &str = "dronelab.invoice.partial";
+    pub const OWNER_ID: &str = "dronelab.owner_id";
+
+    // How OpenTelemetry data reads in the Jaeger model.
+    pub const SPAN_KIND: &str = "span.kind";
+    pub const OTEL_STATUS_CODE: &str = "otel.status_code";
+    pub const OTEL_STATUS_DESCRIPTION: &str = "otel.status_description";
+    pub const OTEL_SCOPE_NAME: &str = "otel.scope.name";
+    pub const ERROR: &str = "error";
+}
+
+/// `db.system.name` of Azure Cosmos DB.
+pub const COSMOS_DB_SYSTEM: &str = "azure.cosmosdb";
+
+/// `db.operation.name` of the Cosmos operations the services make.
+pub mod operation {
+    pub const READ_ITEM: &str = "read_item";
+    pub const QUERY_ITEMS: &str = "query_items";
+}
+
+/// The name of a Cosmos attempt's client span: `<operation> <container>`.
+pub fn cosmos_attempt_span(operation: &str, container: &str) -> String {
+    format!("{operation} {container}")
+}
+
+/// The name of an HTTP server span: `<method> <route>`, e.g. `GET /api/invoices`.
+pub fn server_span(method: &str, route: &str) -> String {
+    format!("{method} {route}")
+}
+
+/// Prometheus metric names, as the text exposition writes them (a counter's with its
+/// `_total`).
+pub mod metric {
+    pub const HTTP_SERVER_REQUESTS: &str = "http_server_requests_total";
+    pub const HTTP_SERVER_REQUEST_DURATION: &str = "http_server_request_duration_seconds";
+    pub const HTTP_SERVER_ACTIVE_REQUESTS: &str = "http_server_active_requests";
+    pub const COSMOS_REQUESTS: &str = "cosmos_requests_total";
+    pub const COSMOS_REQUEST_UNITS: &str = "cosmos_request_units";
+    pub const COSMOS_CALLS_PER_OPERATION: &str = "cosmos_calls_per_operation";
+    pub const GATEWAY_INVOICES: &str = "gateway_invoices_total";
+    pub const GATEWAY_BACKEND_CALL_DURATION: &str = "gateway_backend_call_duration_seconds";
+    pub const GATEWAY_CONCURRENCY_LIMIT: &str = "gateway_concurrency_limit";
+    pub const EMULATOR_REQUESTS: &str = "cosmos_emulator_requests_total";
+    pub const EMULATOR_REQUEST_UNITS: &str = "cosmos_emulator_request_units_total";
+    pub const EMULATOR_REQUEST_UNITS_LAST_SECOND: &str =
+        "cosmos_emulator_request_units_last_second";
+    pub const EMULATOR_MAX_REQUEST_UNITS_PER_SECOND: &str =
+        "cosmos_emulator_max_request_units_per_second";
+    pub const EMULATOR_PROVISIONED_REQUEST_UNITS_PER_SECOND: &str =
+        "cosmos_emulator_provisioned_request_units_per_second";
+    pub const EMULATOR_DOCUMENTS: &str = "cosmos_emulator_documents";
+    pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";
+    pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory_bytes";
+
+    /// A counter's name as registered with prometheus-client, which adds `_total`.
+    pub fn registered(name: &str) -> &str {
+        name.strip_suffix("_total").unwrap_or(name)
+    }
+}
