@@ -2,12 +2,11 @@
 //! data (`dronelab-study`), drives load (`loadgen`), starts the local stack
 //! (`local-stack`) or works on a cluster (`cluster`, with `k8s-manifests`), runs the
 //! study's tuning stages (`tune`), names each stage's bottleneck from its traces
-//! (`trace-analysis`), and writes the report (`report`).
+//! (`trace-analysis`), and writes the report (`dronelab-report`).
 
 pub mod cli;
 pub mod cluster;
 pub mod diagnose;
 pub mod emulator;
 pub mod promtext;
-pub mod report;
 pub mod tune;

@@ -5,14 +5,8 @@
 
 use std::process::Command;
 
-use loadtest::report::{Report, StageReport};
+use dronelab_report::{Report, StageReport};
 use trace_analysis::diagnosis::{Diagnosis, FindingKind};
-
-/// What `report.json` holds, parsed as the report's own types.
-fn read_report(dir: &std::path::Path) -> Report {
-    let json = std::fs::read(dir.join("report.json")).expect("report.json");
-    serde_json::from_slice(&json).expect("report.json is a Report")
-}
 
 fn diagnosis(stage: &StageReport) -> &Diagnosis {
     stage
@@ -55,7 +49,7 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
     );
     assert!(html.contains("CPU per component (cores)"));
 
-    let report = read_report(&latest);
+    let report = Report::read(&latest).expect("report.json is a Report");
     let stages = &report.stages;
     let names: Vec<&str> = stages.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(

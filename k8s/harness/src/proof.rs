@@ -19,8 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use dronelab_contract::Service;
+use dronelab_contract::{Invoice, Service};
+use dronelab_report::Report;
 use serde_json::Value;
+use trace_analysis::diagnosis::FindingKind;
+use trace_analysis::jaeger::{Envelope, Trace};
 
 use crate::image::Built;
 use crate::podman::{Lab, PodmanError};
@@ -46,11 +49,11 @@ pub struct ProofArgs {
 }
 
 /// The verdicts of the local quick run, stage by stage (loadtest's end-to-end test).
-pub const EXPECTED_VERDICTS: [&str; 4] = [
-    "throttling",
-    "serial_fan_out",
-    "cross_partition_cost",
-    "no_cosmos_bottleneck",
+pub const EXPECTED_VERDICTS: [FindingKind; 4] = [
+    FindingKind::Throttling,
+    FindingKind::SerialFanOut,
+    FindingKind::CrossPartitionCost,
+    FindingKind::NoCosmosBottleneck,
 ];
 
 /// `$CARGO_TARGET_DIR/release`, else the workspace's `target/release`.
@@ -114,7 +117,7 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     let usage = sampler.stop().await;
 
     step("the stage verdicts and the trace links");
-    let report = read_report(&reports_dir.join("latest/report.json"))?;
+    let report = Report::read(&reports_dir.join("latest"))?;
     check_verdicts(&report)?;
     let links = check_trace_links(&report, &urls.viewer).await?;
     eprintln!("four verdicts as in the local run; {links} trace links open in the viewer");
@@ -312,23 +315,18 @@ async fn tune(
     Ok(stdout)
 }
 
-fn read_report(path: &Path) -> Result<Value, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn check_verdicts(report: &Value) -> Result<(), String> {
-    let verdicts: Vec<&str> = report["stages"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn check_verdicts(report: &Report) -> Result<(), String> {
+    let verdicts: Vec<Option<FindingKind>> = report
+        .stages
+        .iter()
         .map(|s| {
-            s["diagnosis"]["findings"][0]["kind"]
-                .as_str()
-                .unwrap_or("none")
+            s.diagnosis
+                .as_ref()
+                .and_then(|d| d.verdict())
+                .map(|f| f.kind)
         })
         .collect();
-    if verdicts == EXPECTED_VERDICTS {
+    if verdicts == EXPECTED_VERDICTS.map(Some) {
         Ok(())
     } else {
         Err(format!(
@@ -339,23 +337,20 @@ fn check_verdicts(report: &Value) -> Result<(), String> {
 
 /// Every trace link of the report opens in the viewer, and its trace has spans of the
 /// four services, each from a process that names its pod. Returns how many links.
-async fn check_trace_links(report: &Value, viewer: &url::Url) -> Result<usize, String> {
+async fn check_trace_links(report: &Report, viewer: &url::Url) -> Result<usize, String> {
     let http = reqwest::Client::new();
     let mut checked = 0;
-    for stage in report["stages"].as_array().into_iter().flatten() {
-        let name = stage["name"].as_str().unwrap_or_default();
-        let links = &stage["trace_links"];
-        for kind in ["typical", "slowest", "throttled"] {
-            let Some(link) = links[kind].as_str() else {
-                continue;
-            };
+    for stage in &report.stages {
+        let name = &stage.name;
+        let links = stage.link_list();
+        for (kind, link) in &links {
             if !link.starts_with(viewer.as_str()) {
                 return Err(format!(
                     "{name}: the {kind} link {link} is not the viewer's"
                 ));
             }
             let page = http
-                .get(link)
+                .get(*link)
                 .send()
                 .await
                 .map_err(|e| format!("{link}: {e}"))?;
@@ -366,7 +361,7 @@ async fn check_trace_links(report: &Value, viewer: &url::Url) -> Result<usize, S
             let api = viewer
                 .join(&format!("api/traces/{id}"))
                 .map_err(|e| e.to_string())?;
-            let trace: Value = http
+            let trace: Envelope<Vec<Trace>> = http
                 .get(api.clone())
                 .send()
                 .await
@@ -377,24 +372,20 @@ async fn check_trace_links(report: &Value, viewer: &url::Url) -> Result<usize, S
             check_trace(&trace).map_err(|e| format!("{name} {kind} trace {id}: {e}"))?;
             checked += 1;
         }
-        if links["typical"].is_null() {
+        if !links.iter().any(|(kind, _)| *kind == "typical trace") {
             return Err(format!("{name}: no typical trace link"));
         }
     }
     Ok(checked)
 }
 
-fn check_trace(trace: &Value) -> Result<(), String> {
-    let processes = &trace["data"][0]["processes"];
+fn check_trace(trace: &Envelope<Vec<Trace>>) -> Result<(), String> {
+    let trace = trace.data.first().ok_or("the viewer has no such trace")?;
     let mut services: BTreeMap<String, bool> = BTreeMap::new();
-    for process in processes.as_object().into_iter().flatten().map(|(_, p)| p) {
-        let service = process["serviceName"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let pod = process["tags"].as_array().into_iter().flatten().any(|t| {
-            t["key"] == "k8s.pod.name"
-                && t["value"].as_str().is_some_and(|v| v.starts_with(&service))
+    for process in trace.processes.values() {
+        let service = process.service_name.clone();
+        let pod = process.tags.iter().any(|t| {
+            t.key == "k8s.pod.name" && t.value.as_str().is_some_and(|v| v.starts_with(&service))
         });
         services.insert(service, pod);
     }
@@ -425,19 +416,18 @@ async fn invoice(gateway: &url::Url) -> Result<String, String> {
     let url = gateway
         .join(&format!("api/invoices?ownerId={owner}&year=2026&month=12"))
         .map_err(|e| e.to_string())?;
-    let body: Value = reqwest::get(url.clone())
+    let invoice: Invoice = reqwest::get(url.clone())
         .await
         .map_err(|e| format!("{url}: {e}"))?
         .json()
         .await
         .map_err(|e| format!("{url}: {e}"))?;
-    if body["partial"] != Value::Bool(false) || body["utilization"].is_null() {
-        return Err(format!("the invoice after the restart is partial: {body}"));
+    match (&invoice.utilization, invoice.partial) {
+        (Some(utilization), false) => Ok(format!("{owner}: {} miles", utilization.traveled_miles)),
+        _ => Err(format!(
+            "the invoice after the restart is partial: {invoice:?}"
+        )),
     }
-    Ok(format!(
-        "{owner}: {} miles",
-        body["utilization"]["traveledMiles"]
-    ))
 }
 
 /// A backend's `/readyz` and `/healthz` through its published port.

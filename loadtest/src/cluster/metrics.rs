@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::Cluster;
-use local_stack::resources::{summarise, ResourceFigures, ResourceSample};
+use dronelab_report::resources::{summarise, ResourceFigures, ResourceSample};
 
 /// metrics-server refreshes every 15 s by default; sampling faster only repeats values.
 const PERIOD: Duration = Duration::from_secs(5);

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use super::environment::Reach;
 use crate::emulator::{EmulatorAdmin, EmulatorSnapshot};
 use crate::promtext;
-use crate::report::{CosmosFigures, CosmosSample};
+use dronelab_report::{CosmosFigures, CosmosMeasured, CosmosSample};
 
 /// A stage's Cosmos figures being measured; [`CosmosMeasurement::finish`] ends it.
 pub struct CosmosMeasurement {
@@ -24,13 +24,6 @@ pub struct CosmosMeasurement {
     utilization: Option<url::Url>,
     before: UtilizationMetrics,
     sampler: Option<EmulatorSampler>,
-}
-
-/// What a stage measured of Cosmos DB and of the utilization path.
-pub struct CosmosMeasured {
-    pub utilization_latency: Percentiles,
-    pub cosmos: CosmosFigures,
-    pub series: Vec<CosmosSample>,
 }
 
 impl CosmosMeasurement {

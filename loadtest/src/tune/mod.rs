@@ -8,8 +8,6 @@ mod environment;
 mod measure;
 mod stage;
 
-pub use measure::CosmosMeasured;
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -17,7 +15,7 @@ use dronelab_contract::{routes, Invoice};
 use dronelab_study::{stages, EmulatorModel, OwnerMonths, RunProfile, SeedArgs, Stage};
 use loadgen::Target;
 
-use crate::report::Report;
+use dronelab_report::Report;
 use environment::cluster::ClusterEnvironment;
 use environment::local::LocalStack;
 use environment::target::ExistingTarget;

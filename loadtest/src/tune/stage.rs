@@ -7,16 +7,16 @@ use std::time::Duration;
 use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::CosmosClient;
 use dronelab_contract::{routes, Container, Service};
+use dronelab_report::resources::ResourceFigures;
 use dronelab_study::Stage;
 use loadgen::{Profile, Target};
-use local_stack::resources::ResourceFigures;
 use trace_analysis::client::{self, TraceApi, TraceWindow};
 
 use super::environment::{Environment, StageLoad};
 use super::measure::CosmosMeasurement;
 use super::TuneError;
 use crate::diagnose;
-use crate::report::StageReport;
+use dronelab_report::StageReport;
 
 /// What every stage of a run shares.
 pub struct RunContext {

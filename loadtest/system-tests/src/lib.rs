@@ -13,7 +13,6 @@ use azure_data_cosmos::models::ThroughputProperties;
 use cosmos_kit::CosmosArgs;
 use dronelab_contract::{
     Container, DeliverySummary, Invoice, PackageSummary, QueryKnobs, Utilization, DATABASE,
-    PUBLIC_EMULATOR_KEY,
 };
 use dronelab_study::DataSet;
 use dronelab_study::SeedArgs;
@@ -139,15 +138,7 @@ impl TestStack {
     }
 
     pub fn cosmos_args(&self) -> CosmosArgs {
-        CosmosArgs {
-            endpoint: self.emulator.url().to_string(),
-            key: PUBLIC_EMULATOR_KEY.parse().expect("key"),
-            key_file: None,
-            database: DATABASE.into(),
-            max_retries: None,
-            max_retry_wait_secs: None,
-            region: "South Central US".into(),
-        }
+        CosmosArgs::emulator_at(self.emulator.url().to_string())
     }
 
     /// delivery-service or package-service (`S`), connected.

@@ -42,14 +42,7 @@ impl ClusterEnvironment {
         };
         let mut args = args.clone();
         let forwards = forward_in_cluster_parts(&cluster, &mut args).await;
-        let reach = reach_existing(
-            gateway,
-            args.seed.clone(),
-            args.skip_seed,
-            args.traces_api.clone(),
-            args.utilization_url.clone(),
-        )
-        .await?;
+        let reach = reach_existing(gateway, &args).await?;
         eprintln!(
             "cluster mode: context {}, namespace {}, overlays from {}",
             cluster.context,

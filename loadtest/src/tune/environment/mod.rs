@@ -11,12 +11,13 @@ pub mod target;
 
 use std::time::Duration;
 
+use dronelab_report::resources::{ResourceFigures, ResourceSample};
 use dronelab_study::{SeedArgs, Stage};
 use loadgen::{LoadSummary, Profile, Target};
-use local_stack::resources::{ResourceFigures, ResourceSample, ResourceSampler};
+use local_stack::resources::ResourceSampler;
 use trace_analysis::client::TraceApi;
 
-use super::TuneError;
+use super::{TuneArgs, TuneError};
 use crate::cluster::metrics::PodMetricsSampler;
 use crate::emulator::EmulatorAdmin;
 
@@ -94,15 +95,11 @@ async fn drive_here(load: &StageLoad<'_>) -> LoadSummary {
     loadgen::run(load.target.clone(), load.profile, true, &load.stage.name).await
 }
 
-/// A deployment this run did not start (`--target`, a cluster): whether its Cosmos DB
-/// is dronelab's emulator, and seeded unless `--skip-seed`.
-async fn reach_existing(
-    gateway: url::Url,
-    seed: SeedArgs,
-    skip_seed: bool,
-    traces: Option<url::Url>,
-    utilization: Option<url::Url>,
-) -> Result<Reach, TuneError> {
+/// A deployment this run did not start (`--target`, a cluster), at `gateway`, with the
+/// Cosmos DB, traces and utilization-service `args` name: whether its Cosmos DB is
+/// dronelab's emulator, and seeded unless `--skip-seed`.
+async fn reach_existing(gateway: url::Url, args: &TuneArgs) -> Result<Reach, TuneError> {
+    let seed = args.seed.clone();
     let emulator = EmulatorAdmin::detect(
         reqwest::Client::new(),
         &seed.cosmos.endpoint,
@@ -119,14 +116,14 @@ async fn reach_existing(
             seed.cosmos.endpoint
         ),
     }
-    if !skip_seed {
+    if !args.skip_seed {
         crate::emulator::seed(emulator.as_ref(), &seed).await?;
     }
     Ok(Reach {
         gateway,
         seed,
         emulator,
-        traces: traces.map(TraceApi::new),
-        utilization,
+        traces: args.traces_api.clone().map(TraceApi::new),
+        utilization: args.utilization_url.clone(),
     })
 }

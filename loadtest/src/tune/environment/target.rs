@@ -27,14 +27,7 @@ impl ExistingTarget {
         gateway: url::Url,
         first: &Stage,
     ) -> Result<Self, TuneError> {
-        let reach = reach_existing(
-            gateway,
-            args.seed.clone(),
-            args.skip_seed,
-            args.traces_api.clone(),
-            args.utilization_url.clone(),
-        )
-        .await?;
+        let reach = reach_existing(gateway, args).await?;
         Ok(Self {
             reach,
             stage_command: args.stage_command.clone(),

@@ -29,15 +29,7 @@ impl Summary for Packages {
 }
 
 fn cosmos(emulator: &InProcess) -> CosmosArgs {
-    use clap::Parser as _;
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        cosmos: CosmosArgs,
-    }
-    let mut args = Cli::parse_from(["test"]).cosmos;
-    args.endpoint = emulator.endpoint();
-    args
+    CosmosArgs::emulator_at(emulator.endpoint())
 }
 
 /// An emulator with the lab's containers and one package summary: o00001, March 2026.

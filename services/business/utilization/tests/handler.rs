@@ -27,15 +27,7 @@ const RECORDS: [(&str, f64, f64); 4] = [
 ];
 
 fn cosmos(emulator: &InProcess) -> CosmosArgs {
-    use clap::Parser as _;
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        cosmos: CosmosArgs,
-    }
-    let mut args = Cli::parse_from(["test"]).cosmos;
-    args.endpoint = emulator.endpoint();
-    args
+    CosmosArgs::emulator_at(emulator.endpoint())
 }
 
 /// The owner's records for March 2026 in both utilization containers, and another

@@ -45,6 +45,9 @@ impl std::str::FromStr for SecretString {
     }
 }
 
+/// The region a service says it runs in unless told (the study's).
+const DEFAULT_REGION: &str = "South Central US";
+
 /// Where the Cosmos account is and how the SDK retries throttled requests.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CosmosArgs {
@@ -85,7 +88,7 @@ pub struct CosmosArgs {
     #[arg(
         long = "cosmos-region",
         env = "COSMOS_REGION",
-        default_value = "South Central US"
+        default_value = DEFAULT_REGION
     )]
     pub region: String,
 }
@@ -108,6 +111,20 @@ fn key_from_file(path: &str) -> Result<SecretString, String> {
 }
 
 impl CosmosArgs {
+    /// An emulator at `endpoint` with its public key, everything else as the command
+    /// line defaults it (tools and tests that start an emulator of their own).
+    pub fn emulator_at(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            key: SecretString::public_emulator_key(),
+            key_file: None,
+            database: DATABASE.to_owned(),
+            max_retries: None,
+            max_retry_wait_secs: None,
+            region: DEFAULT_REGION.to_owned(),
+        }
+    }
+
     /// The master key: from --cosmos-key-file if given, else --cosmos-key / COSMOS_KEY.
     pub fn key(&self) -> &SecretString {
         self.key_file.as_ref().unwrap_or(&self.key)

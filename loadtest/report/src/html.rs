@@ -170,23 +170,22 @@ fn resource_charts(s: &StageReport) -> String {
     let Some(r) = &s.resources else {
         return String::new();
     };
-    let per_component =
-        |value: &dyn Fn(&local_stack::resources::ResourceSample, &str) -> Option<f64>| {
-            r.components
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    Series::new(
-                        c.name.clone(),
-                        PARTITION_COLOURS[i % PARTITION_COLOURS.len()],
-                        s.resource_series
-                            .iter()
-                            .filter_map(|x| Some((x.t as f64, value(x, &c.name)?)))
-                            .collect(),
-                    )
-                })
-                .collect::<Vec<_>>()
-        };
+    let per_component = |value: &dyn Fn(&crate::resources::ResourceSample, &str) -> Option<f64>| {
+        r.components
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Series::new(
+                    c.name.clone(),
+                    PARTITION_COLOURS[i % PARTITION_COLOURS.len()],
+                    s.resource_series
+                        .iter()
+                        .filter_map(|x| Some((x.t as f64, value(x, &c.name)?)))
+                        .collect(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
     let mut out = line_chart(
         "CPU per component (cores)",
         &per_component(&|x, name| x.cpu_cores.get(name).copied()),

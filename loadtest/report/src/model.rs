@@ -6,10 +6,18 @@ use std::time::Duration;
 use dronelab_study::published::{self, Published};
 use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
 use loadgen::{LoadSummary, Outcome, Percentiles, Profile, SecondSample};
-use local_stack::resources::{ResourceFigures, ResourceSample};
 use serde::{Deserialize, Serialize};
 
-use crate::tune::CosmosMeasured;
+use crate::resources::{ResourceFigures, ResourceSample};
+
+/// What a stage measured of Cosmos DB and of the utilization path, besides its load.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CosmosMeasured {
+    /// Server side, from utilization-service's latency histogram.
+    pub utilization_latency: Percentiles,
+    pub cosmos: CosmosFigures,
+    pub series: Vec<CosmosSample>,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CosmosFigures {

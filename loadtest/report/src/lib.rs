@@ -1,0 +1,42 @@
+//! `dronelab-report`: the tuning run's report. `report.json` (its schema in the loadtest
+//! README; read back by the same types), `report.md` (the measured rows beside the
+//! study's) and `report.html` (charts drawn as inline SVG: nothing is fetched, it opens
+//! offline).
+//!
+//! - [`model`]: what the report holds, stage by stage;
+//! - [`resources`]: CPU and memory per component, and how a stage's samples sum up;
+//! - `markdown`, `html`, `svg`: the two readable forms and the charts.
+
+mod html;
+mod markdown;
+pub mod model;
+pub mod resources;
+mod svg;
+
+use std::path::Path;
+
+pub use model::{CosmosFigures, CosmosMeasured, CosmosSample, Machine, Report, StageReport};
+
+impl Report {
+    /// Writes the three files into `dir` and points `reports/latest` at it.
+    pub fn write(&self, dir: &Path, reports: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("report.json"), json)?;
+        std::fs::write(dir.join("report.md"), self.markdown())?;
+        std::fs::write(dir.join("report.html"), html::render(self))?;
+        let latest = reports.join("latest");
+        let _ = std::fs::remove_file(&latest);
+        #[cfg(unix)]
+        if let Some(name) = dir.file_name() {
+            std::os::unix::fs::symlink(name, &latest)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `report.json` from a run's directory.
+    pub fn read(dir: &Path) -> Result<Report, String> {
+        let path = dir.join("report.json");
+        let json = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
