@@ -1,11 +1,13 @@
 //! A client of a Jaeger-compatible query API (the trace viewer, or Jaeger's query
 //! service) that reads an entry operation's traces in a time window and diagnoses them.
 
-use dronelab_contract::telemetry::attribute;
 use std::time::Duration;
+
+use dronelab_contract::telemetry::attribute;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::diagnosis::TraceLinks;
 use crate::diagnosis::{diagnose, entry_traces, Diagnosis};
 use crate::jaeger::{Envelope, Trace};
 
@@ -146,14 +148,6 @@ impl TraceApi {
                 .map(|t| t.trace_id.clone()),
         )
     }
-}
-
-/// Links to look at for one stage: a typical trace, the slowest, one with a 429.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct TraceLinks {
-    pub typical: Option<String>,
-    pub slowest: Option<String>,
-    pub throttled: Option<String>,
 }
 
 pub fn pick_links(api: &TraceApi, traces: &[&Trace], throttled: Option<String>) -> TraceLinks {

@@ -88,6 +88,14 @@ pub struct CosmosEvidence {
     pub cross_partition_share: f64,
 }
 
+/// Links to look at for one stage: a typical trace, the slowest, one with a 429.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TraceLinks {
+    pub typical: Option<String>,
+    pub slowest: Option<String>,
+    pub throttled: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub traces: usize,

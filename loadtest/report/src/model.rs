@@ -65,7 +65,7 @@ pub struct StageReport {
     pub resource_series: Vec<ResourceSample>,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
-    pub trace_links: Option<trace_analysis::client::TraceLinks>,
+    pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
 }
 
 impl StageReport {
