@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use dronelab_contract::telemetry::attribute;
 
-use serde::{Deserialize, Serialize};
-
 pub use crate::diagnosis::TraceLinks;
 use crate::diagnosis::{diagnose, entry_traces, Diagnosis};
 use crate::jaeger::{Envelope, Trace};
