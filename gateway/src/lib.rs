@@ -26,6 +26,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use dronelab_contract::telemetry::attribute;
 use dronelab_contract::{routes, Invoice, OwnerMonth, Section, SectionError, Service};
+use lifecycle::http::RateLimitedWarning;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::KeyValue;
 use service_kit::client::TracedClient;
@@ -108,6 +109,8 @@ pub struct AppState {
     in_flight: Arc<AdaptiveLimit>,
     instrumentation: Instrumentation,
     metrics: GatewayMetrics,
+    /// Partial answers, logged (rate-limited) with the backend, the reason and a trace.
+    partial_answers: RateLimitedWarning,
 }
 
 fn endpoint(base: &url::Url, path: &str) -> url::Url {
@@ -153,6 +156,10 @@ impl AppState {
             ),
             instrumentation,
             metrics,
+            partial_answers: RateLimitedWarning::new(
+                SERVICE_NAME,
+                "answered partial invoices: a backend failed",
+            ),
         }))
     }
 }
@@ -225,9 +232,13 @@ async fn invoice(
     );
     let partial = !errors.is_empty();
     if partial {
-        cx.span()
-            .set_attribute(KeyValue::new(attribute::INVOICE_PARTIAL, true));
-        tracing::debug!(?errors, "answering a partial invoice");
+        let span = cx.span();
+        span.set_attribute(KeyValue::new(attribute::INVOICE_PARTIAL, true));
+        state.partial_answers.hit(&format_args!(
+            "the latest: trace {}, {}",
+            span.span_context().trace_id(),
+            describe_errors(&errors)
+        ));
         state.metrics.invoice(InvoiceOutcome::Partial);
     } else {
         state.metrics.invoice(InvoiceOutcome::Complete);
@@ -242,6 +253,15 @@ async fn invoice(
         partial,
         errors,
     }))
+}
+
+/// `backend status: detail; …`, for a log line.
+fn describe_errors(errors: &[SectionError]) -> String {
+    let describe = |e: &SectionError| match e.status {
+        Some(status) => format!("{} {status}: {}", e.backend.name(), e.detail),
+        None => format!("{}: {}", e.backend.name(), e.detail),
+    };
+    errors.iter().map(describe).collect::<Vec<_>>().join("; ")
 }
 
 /// The section's answer, or `None` with its error recorded.
@@ -278,5 +298,30 @@ impl server::ServiceCommand for Cli {
 
     async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
         AppState::new(&self.args, telemetry).map(build_app)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_answers_log_line_names_each_failed_backend_and_why() {
+        let errors = [
+            SectionError {
+                backend: Section::Utilization,
+                status: Some(503),
+                detail: "Cosmos DB is throttling".into(),
+            },
+            SectionError {
+                backend: Section::Packages,
+                status: None,
+                detail: "no answer within 10000 ms".into(),
+            },
+        ];
+        assert_eq!(
+            describe_errors(&errors),
+            "utilization 503: Cosmos DB is throttling; packages: no answer within 10000 ms"
+        );
     }
 }

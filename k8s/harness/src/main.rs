@@ -63,8 +63,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct LabArgs {
-    /// The lab's name: its podman network, and the label on its containers and volumes.
-    #[arg(long, default_value = "dronelab")]
+    /// The lab's name: its podman network, and the label on its containers and volumes
+    /// (a letter or digit, then letters, digits, '-' or '_').
+    #[arg(long, default_value = "dronelab", value_parser = k8s_harness::proof::lab_name)]
     lab: String,
 }
 

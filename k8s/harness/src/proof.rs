@@ -43,9 +43,15 @@ pub struct ProofArgs {
     /// Leave the containers running afterwards (`k8s-harness down` removes them).
     #[arg(long)]
     pub keep_up: bool,
-    /// The lab's podman network and label.
-    #[arg(long, default_value = "dronelab-proof")]
+    /// The lab's podman network and label (a letter or digit, then letters, digits, '-'
+    /// or '_').
+    #[arg(long, default_value = "dronelab-proof", value_parser = lab_name)]
     pub lab: String,
+}
+
+/// A lab's name: the stages' one name pattern (it goes into shell lines and labels).
+pub fn lab_name(name: &str) -> Result<String, String> {
+    dronelab_study::stages::check_name(name).map(|()| name.to_owned())
 }
 
 /// The verdicts of the local quick run, stage by stage (loadtest's end-to-end test).
@@ -275,11 +281,12 @@ async fn tune(
     [gateway, emulator, viewer, utilization]: [&url::Url; 4],
 ) -> Result<String, String> {
     let harness = std::env::current_exe().map_err(|e| e.to_string())?;
+    let quote = |path: &Path| lifecycle::shell_quote(&path.display().to_string());
     let stage_command = format!(
-        "'{}' apply --wait --lab '{}' '{}/{{stage}}'",
-        harness.display(),
-        lab.name,
-        overlays.display()
+        "{} apply --wait --lab {} {}/{{stage}}",
+        quote(&harness),
+        lifecycle::shell_quote(&lab.name),
+        quote(overlays)
     );
     let output = tokio::process::Command::new(binaries.join("loadtest"))
         .args(["tune", "--profile", "quick", "--owners"])

@@ -6,7 +6,8 @@
 //! - [`run`]: the load loops; latencies counted from each request's intended start in the
 //!   open loop (no coordinated omission); every run bounded by its duration;
 //! - [`connection`]: keep-alive connections driven inside the task that sends on them;
-//! - [`record`]: a run's result per second (outcomes, users, HDR histograms), mergeable;
+//! - [`record`]: a run's result per interval (outcomes, users, HDR histograms) and in
+//!   total, bounded whatever the run's length, checked when read, mergeable;
 //! - [`shard`]: one generator's exact part of a profile that several drive together.
 //!
 //! It knows nothing of the system under load: what a request asks for comes from the
@@ -21,7 +22,7 @@ pub mod shard;
 pub mod target;
 
 pub use profile::Profile;
-pub use record::{LoadRecord, LoadSummary, MergeError, Outcome, Percentiles, SecondSample};
+pub use record::{IntervalSample, LoadRecord, LoadSummary, MergeError, Outcome, Percentiles};
 pub use run::{run, run_recorded, unix_ms, RunOptions};
 pub use shard::Shard;
 pub use target::{Requests, Target};

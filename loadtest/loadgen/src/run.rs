@@ -12,52 +12,41 @@ use tokio::task::JoinSet;
 
 use crate::connection::{ConnectionPool, Reply, UserConnection};
 use crate::profile::Profile;
-use crate::record::{LoadRecord, LoadSummary, Outcome, Percentiles, SecondRecord};
+pub use crate::record::MAX_TIMEOUT;
+use crate::record::{LoadRecord, LoadSummary, Outcome, Percentiles, MAX_SAMPLES};
 use crate::shard::Shard;
 use crate::target::Target;
 
 /// How long a closed-loop user waits after its connection could not be made.
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// Most latencies `--record-samples` keeps (8 MB); beyond them it keeps none.
-const MAX_SAMPLES: usize = 1_000_000;
-
-/// Collects outcomes and latencies per second of the run.
+/// Collects outcomes and latencies into the run's record as requests finish.
 #[derive(Debug)]
 pub struct Recorder {
     started: Instant,
-    seconds: Mutex<Vec<SecondRecord>>,
-    /// Every latency (µs), when asked for, up to `MAX_SAMPLES`.
+    record: Mutex<LoadRecord>,
+    /// Every latency (µs), when asked for, up to [`MAX_SAMPLES`].
     samples: Option<Mutex<Vec<u64>>>,
 }
 
 impl Recorder {
-    pub fn new(started: Instant, keep_samples: bool) -> Self {
+    pub fn new(started: Instant, record: LoadRecord, keep_samples: bool) -> Self {
         Self {
             started,
-            seconds: Mutex::new(Vec::new()),
+            record: Mutex::new(record),
             samples: keep_samples.then(|| Mutex::new(Vec::new())),
         }
     }
 
-    fn with_second<R>(&self, at: Instant, f: impl FnOnce(&mut SecondRecord) -> R) -> R {
-        let index = at.saturating_duration_since(self.started).as_secs() as usize;
-        let mut seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
-        if seconds.len() <= index {
-            seconds.resize_with(index + 1, SecondRecord::default);
-        }
-        f(&mut seconds[index])
+    fn record(&self) -> std::sync::MutexGuard<'_, LoadRecord> {
+        self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records a request that started (or was meant to start) at `at`.
-    pub fn record(&self, at: Instant, outcome: Outcome, latency: Duration) {
+    pub fn request(&self, at: Instant, outcome: Outcome, latency: Duration) {
         let micros = latency.as_micros().max(1) as u64;
-        self.with_second(at, |s| {
-            *s.outcomes.entry(outcome).or_default() += 1;
-            if outcome != Outcome::Dropped {
-                let _ = s.latency.record(micros);
-            }
-        });
+        self.record()
+            .record(at.saturating_duration_since(self.started), outcome, micros);
         if let (Some(samples), false) = (&self.samples, outcome == Outcome::Dropped) {
             let mut samples = samples.lock().unwrap_or_else(|e| e.into_inner());
             if samples.len() < MAX_SAMPLES {
@@ -66,17 +55,18 @@ impl Recorder {
         }
     }
 
-    /// For the progress line: the last complete second's requests and p95 (ms), and the
-    /// failed requests so far.
+    /// For the progress line: the last complete interval's requests and p95 (ms), and
+    /// the failed requests so far.
     fn progress(&self) -> (Option<(u64, f64)>, u64) {
-        let seconds = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
-        let last = seconds.iter().rev().nth(1).map(|s| {
+        let record = self.record();
+        let last = record.intervals.iter().rev().nth(1).map(|s| {
             (
-                s.outcomes.values().sum::<u64>(),
+                s.outcomes.values().sum::<u64>() / record.interval_secs,
                 Percentiles::of(&s.latency).p95,
             )
         });
-        let failed = seconds
+        let failed = record
+            .intervals
             .iter()
             .flat_map(|s| s.outcomes.iter())
             .filter(|(o, _)| **o != Outcome::Ok)
@@ -86,35 +76,26 @@ impl Recorder {
     }
 
     /// Records how late a request scheduled for `intended` left.
-    pub fn record_send(&self, intended: Instant, lateness: Duration) {
+    pub fn send(&self, intended: Instant, lateness: Duration) {
         let micros = lateness.as_micros().max(1) as u64;
-        self.with_second(intended, |s| {
-            let _ = s.send_lateness.record(micros);
-        });
+        self.record()
+            .record_send_lateness(intended.saturating_duration_since(self.started), micros);
     }
 
     pub fn set_users(&self, at: Instant, users: usize) {
-        self.with_second(at, |s| s.users = s.users.max(users));
+        let mut record = self.record();
+        let interval = record.interval_at(at.saturating_duration_since(self.started));
+        interval.users = interval.users.max(users);
     }
 
-    /// The run as a mergeable record.
-    pub fn into_record(
-        self,
-        profile: Profile,
-        shard: Shard,
-        started_at_unix_ms: u64,
-    ) -> LoadRecord {
-        let samples_us = self
+    /// The run's record.
+    pub fn into_record(self) -> LoadRecord {
+        let mut record = self.record.into_inner().unwrap_or_else(|e| e.into_inner());
+        record.samples_us = self
             .samples
             .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
             .filter(|s| s.len() < MAX_SAMPLES);
-        LoadRecord {
-            shard,
-            profile,
-            started_at_unix_ms,
-            seconds: self.seconds.into_inner().unwrap_or_else(|e| e.into_inner()),
-            samples_us,
-        }
+        record
     }
 }
 
@@ -177,10 +158,11 @@ pub async fn run_recorded(
     }
     let started = Instant::now();
     let started_at_unix_ms = unix_ms(SystemTime::now());
+    let empty = || LoadRecord::new(options.shard, profile, started_at_unix_ms);
     let driver = Driver {
         pool: Arc::new(ConnectionPool::new(target.endpoint.clone())),
         target: Arc::new(target),
-        recorder: Arc::new(Recorder::new(started, options.keep_samples)),
+        recorder: Arc::new(Recorder::new(started, empty(), options.keep_samples)),
         bar: progress_bar(options.show_progress, label),
         shard: options.shard,
         started,
@@ -204,14 +186,11 @@ pub async fn run_recorded(
         }
     }
     driver.bar.finish_and_clear();
-    let Driver {
-        recorder, shard, ..
-    } = driver;
-    match Arc::try_unwrap(recorder) {
-        Ok(recorder) => recorder.into_record(profile, shard, started_at_unix_ms),
+    match Arc::try_unwrap(driver.recorder) {
+        Ok(recorder) => recorder.into_record(),
         // Every task holding it has finished or been aborted, so this does not happen;
         // an empty record would say so rather than panic.
-        Err(_) => Recorder::new(started, false).into_record(profile, shard, started_at_unix_ms),
+        Err(_) => empty(),
     }
 }
 
@@ -257,7 +236,7 @@ impl Driver {
             }
             let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                 self.recorder
-                    .record(intended, Outcome::Dropped, Duration::ZERO);
+                    .request(intended, Outcome::Dropped, Duration::ZERO);
                 continue;
             };
             let (pool, target, recorder) = (
@@ -266,7 +245,7 @@ impl Driver {
                 self.recorder.clone(),
             );
             tasks.spawn(async move {
-                recorder.record_send(intended, intended.elapsed());
+                recorder.send(intended, intended.elapsed());
                 let outcome = match target.next_uri() {
                     Ok(path_and_query) => {
                         let mut connection = pool.take();
@@ -277,7 +256,7 @@ impl Driver {
                     Err(_) => Outcome::Connection,
                 };
                 // Measured from the intended start: a late start counts as latency.
-                recorder.record(intended, outcome, intended.elapsed());
+                recorder.request(intended, outcome, intended.elapsed());
                 drop(permit);
             });
             if k.is_multiple_of(64) {
@@ -332,7 +311,7 @@ impl Driver {
             let mut sent = Instant::now();
             while sent < deadline && index < desired.load(Ordering::Relaxed) {
                 let Ok(path_and_query) = target.next_uri() else {
-                    recorder.record(sent, Outcome::Connection, Duration::ZERO);
+                    recorder.request(sent, Outcome::Connection, Duration::ZERO);
                     break;
                 };
                 // One timer per request: the request's timeout, cut short by the run's end.
@@ -346,7 +325,7 @@ impl Driver {
                     break;
                 }
                 let outcome = target.classify(&reply);
-                recorder.record(sent, outcome, answered - sent);
+                recorder.request(sent, outcome, answered - sent);
                 sent = answered;
                 if outcome == Outcome::ConnectFailed {
                     // A target that went away is counted, not hammered in a tight loop.
@@ -403,25 +382,26 @@ mod tests {
     #[test]
     fn histograms_merge_into_totals_and_series() {
         let start = Instant::now();
-        let recorder = Recorder::new(start, false);
-        for ms in [10, 20, 30, 40] {
-            recorder.record(start, Outcome::Ok, Duration::from_millis(ms));
-        }
-        recorder.record(
-            start + Duration::from_millis(1500),
-            Outcome::Http5xx,
-            Duration::from_millis(100),
-        );
-        recorder.record(
-            start + Duration::from_millis(1500),
-            Outcome::Ok,
-            Duration::from_millis(1000),
-        );
         let profile = Profile::Constant {
             users: 1,
             duration_secs: 2.0,
         };
-        let s = recorder.into_record(profile, Shard::WHOLE, 0).summary();
+        let record = LoadRecord::new(Shard::WHOLE, profile, 1_700_000_000_000);
+        let recorder = Recorder::new(start, record, false);
+        for ms in [10, 20, 30, 40] {
+            recorder.request(start, Outcome::Ok, Duration::from_millis(ms));
+        }
+        recorder.request(
+            start + Duration::from_millis(1500),
+            Outcome::Http5xx,
+            Duration::from_millis(100),
+        );
+        recorder.request(
+            start + Duration::from_millis(1500),
+            Outcome::Ok,
+            Duration::from_millis(1000),
+        );
+        let s = recorder.into_record().summary();
         assert_eq!(
             (s.requests, s.successful_requests, s.failed_requests),
             (6, 5, 1)
@@ -433,7 +413,9 @@ mod tests {
             "{:?}",
             s.latency_ms
         );
-        assert!((s.series[0].latency_ms.p50 - 20.0).abs() < 0.1);
+        // An interval's percentiles have two significant figures: within 1 %.
+        let p50 = s.series[0].latency_ms.p50;
+        assert!((p50 - 20.0).abs() <= 0.2, "{p50}");
         assert!((s.throughput_rps - 2.5).abs() < 1e-9);
     }
 

@@ -9,10 +9,29 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+/// Most generators one profile is split between.
+pub const MAX_SHARDS: u32 = 1024;
+
+/// Generator `index` of `count`; valid by construction (a deserialized one too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedShard")]
 pub struct Shard {
     pub index: u32,
     pub count: u32,
+}
+
+#[derive(Deserialize)]
+struct UncheckedShard {
+    index: u32,
+    count: u32,
+}
+
+impl TryFrom<UncheckedShard> for Shard {
+    type Error = String;
+
+    fn try_from(s: UncheckedShard) -> Result<Self, String> {
+        Shard::new(s.index, s.count)
+    }
 }
 
 impl Shard {
@@ -20,9 +39,9 @@ impl Shard {
     pub const WHOLE: Shard = Shard { index: 0, count: 1 };
 
     pub fn new(index: u32, count: u32) -> Result<Self, String> {
-        if count == 0 || index >= count {
+        if count == 0 || count > MAX_SHARDS || index >= count {
             return Err(format!(
-                "shard {index}/{count}: the index counts from 0 and must be below the count"
+                "shard {index}/{count}: the index counts from 0 and must be below the count, which is 1 to {MAX_SHARDS}"
             ));
         }
         Ok(Self { index, count })

@@ -7,7 +7,7 @@ use trace_analysis::diagnosis::FindingKind;
 
 use super::model::{describe_load, CosmosSample, Report, StageReport};
 use super::svg::{bar_chart, escape, line_chart, Series};
-use loadgen::SecondSample;
+use loadgen::IntervalSample;
 
 const STYLE: &str = include_str!("report.css");
 
@@ -95,15 +95,20 @@ fn stage_section(s: &StageReport) -> String {
         escape(&s.description),
         diagnosis(s)
     );
-    let t = |f: &dyn Fn(&SecondSample) -> f64| -> Vec<(f64, f64)> {
+    let t = |f: &dyn Fn(&IntervalSample) -> f64| -> Vec<(f64, f64)> {
         s.series.iter().map(|x| (x.t as f64, f(x))).collect()
     };
+    let per_second = s.interval_secs.max(1) as f64;
     out.push_str(&line_chart(
         "Users and throughput (req/s)",
         &[
             Series::new("users", "#9ca3af", t(&|x| x.users as f64)),
-            Series::new("ok req/s", "#16a34a", t(&|x| x.ok as f64)),
-            Series::new("failed req/s", "#dc2626", t(&|x| x.errors as f64)),
+            Series::new("ok req/s", "#16a34a", t(&|x| x.ok as f64 / per_second)),
+            Series::new(
+                "failed req/s",
+                "#dc2626",
+                t(&|x| x.errors as f64 / per_second),
+            ),
         ],
         None,
     ));

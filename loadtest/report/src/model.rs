@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dronelab_study::published::{self, Published};
 use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
-use loadgen::{LoadSummary, Outcome, Percentiles, Profile, SecondSample};
+use loadgen::{IntervalSample, LoadSummary, Outcome, Percentiles, Profile};
 use serde::{Deserialize, Serialize};
 
 use crate::resources::{ResourceFigures, ResourceSample};
@@ -53,7 +53,10 @@ pub struct StageReport {
     pub utilization_latency_ms: Percentiles,
     pub cosmos: CosmosFigures,
     pub study: Option<Published>,
-    pub series: Vec<SecondSample>,
+    /// Seconds per entry of `series` (1 for stages up to 20 minutes).
+    #[serde(default = "one_second")]
+    pub interval_secs: u64,
+    pub series: Vec<IntervalSample>,
     pub cosmos_series: Vec<CosmosSample>,
     /// CPU and memory per component (absent when they could not be measured; see
     /// `resources_unavailable`).
@@ -66,6 +69,10 @@ pub struct StageReport {
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
+}
+
+fn one_second() -> u64 {
+    1
 }
 
 impl StageReport {
@@ -98,6 +105,7 @@ impl StageReport {
             utilization_latency_ms: measured.utilization_latency,
             cosmos: measured.cosmos,
             study: published::published_for(&stage.name),
+            interval_secs: load.interval_secs,
             series: load.series.clone(),
             cosmos_series: measured.series,
             resources: None,

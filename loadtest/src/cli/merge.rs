@@ -47,27 +47,3 @@ pub fn read_record(path: &Path) -> Result<LoadRecord, String> {
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     LoadRecord::from_log(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use loadgen::{Profile, Shard};
-
-    #[test]
-    fn a_record_is_found_in_a_pod_log_among_other_lines() {
-        let record = LoadRecord {
-            shard: Shard::WHOLE,
-            profile: Profile::Constant {
-                users: 1,
-                duration_secs: 1.0,
-            },
-            started_at_unix_ms: 5,
-            seconds: Vec::new(),
-            samples_us: None,
-        };
-        let json = serde_json::to_string(&record).expect("json");
-        let log = format!("WARN starting\n{json}\n12 requests, 12 ok, 0 failed\n");
-        assert_eq!(LoadRecord::from_log(&log), Ok(record));
-        assert!(LoadRecord::from_log("no record here\n{\"not\": 1}\n").is_err());
-    }
-}

@@ -49,10 +49,11 @@ pub struct RunArgs {
     /// Request timeout in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
-    /// The seeded data set the requests pick from.
-    #[arg(long, default_value_t = 1000)]
+    /// The seeded data set the requests pick from (1 to 1,000,000 owners).
+    #[arg(long, default_value_t = 1000, value_parser = dronelab_study::data::owners)]
     pub owners: usize,
-    #[arg(long, default_value_t = 12)]
+    /// Months of the data set (1 to 300).
+    #[arg(long, default_value_t = 12, value_parser = dronelab_study::data::months)]
     pub months: usize,
     /// Write the summary (JSON) here.
     #[arg(long)]
@@ -98,11 +99,9 @@ fn start_time(start_at_ms: u64) -> Result<SystemTime, String> {
 }
 
 impl RunArgs {
+    /// The profile the flags describe, every value checked (the error names the flag).
     pub fn profile(&self) -> Result<Profile, String> {
-        if !(self.duration > 0.0 && self.duration <= 24.0 * 3600.0) {
-            return Err("--duration must be between 0 and 86400 seconds".into());
-        }
-        Ok(match self.profile {
+        let profile = match self.profile {
             ProfileKind::Step => Profile::Step {
                 start_users: self.start_users,
                 step_users: self.step_users,
@@ -114,17 +113,13 @@ impl RunArgs {
                 users: self.users,
                 duration_secs: self.duration,
             },
-            ProfileKind::Arrival => {
-                if !(self.rate > 0.0 && self.rate <= 100_000.0) {
-                    return Err("--rate must be between 0 and 100000 requests/s".into());
-                }
-                Profile::Arrival {
-                    rate_per_sec: self.rate,
-                    duration_secs: self.duration,
-                    max_in_flight: self.max_in_flight.max(1),
-                }
-            }
-        })
+            ProfileKind::Arrival => Profile::Arrival {
+                rate_per_sec: self.rate,
+                duration_secs: self.duration,
+                max_in_flight: self.max_in_flight,
+            },
+        };
+        profile.validate().map(|()| profile)
     }
 }
 
@@ -139,13 +134,17 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
             drones_per_owner: 1,
         },
     };
-    let target = Target::new(
-        args.target.clone(),
-        requests,
-        Duration::from_secs(args.timeout.max(1)),
-    )
-    .map_err(|why| format!("--target {why}"))?
-    .counting_partial(Invoice::PARTIAL_MARKER);
+    let timeout = Duration::from_secs(args.timeout);
+    if timeout.is_zero() || timeout > loadgen::run::MAX_TIMEOUT {
+        return Err(format!(
+            "--timeout is {} s: it must be between 1 and {} s",
+            args.timeout,
+            loadgen::run::MAX_TIMEOUT.as_secs()
+        ));
+    }
+    let target = Target::new(args.target.clone(), requests, timeout)
+        .map_err(|why| format!("--target {why}"))?
+        .counting_partial(Invoice::PARTIAL_MARKER);
     target
         .check_reachable()
         .await

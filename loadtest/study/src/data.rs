@@ -13,6 +13,35 @@ use serde_json::{json, Value};
 const LAST_YEAR: u32 = 2026;
 const LAST_MONTH: u32 = 12;
 
+/// The largest data set a command takes: more owners than a lab needs (the study had
+/// 127,272), months back to 2002 (the invoice API takes years from 2000), a hundred
+/// drones per owner.
+pub const MAX_OWNERS: usize = 1_000_000;
+pub const MAX_MONTHS: usize = 300;
+pub const MAX_DRONES_PER_OWNER: usize = 100;
+
+fn count_within(text: &str, what: &str, max: usize) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{what} must be a whole number from 1 to {max}")),
+    }
+}
+
+/// `--owners`.
+pub fn owners(text: &str) -> Result<usize, String> {
+    count_within(text, "owners", MAX_OWNERS)
+}
+
+/// `--months`.
+pub fn months(text: &str) -> Result<usize, String> {
+    count_within(text, "months", MAX_MONTHS)
+}
+
+/// `--drones-per-owner`.
+pub fn drones(text: &str) -> Result<usize, String> {
+    count_within(text, "drones per owner", MAX_DRONES_PER_OWNER)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataSet {
     pub seed: u64,

@@ -22,14 +22,14 @@ pub struct SeedArgs {
     /// Seed of the deterministic data set.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Drone-delivery owners.
-    #[arg(long, default_value_t = 1000)]
+    /// Drone-delivery owners (1 to 1,000,000).
+    #[arg(long, default_value_t = 1000, value_parser = crate::data::owners)]
     pub owners: usize,
-    /// Months of data per owner (counting back from December 2026).
-    #[arg(long, default_value_t = 12)]
+    /// Months of data per owner, counting back from December 2026 (1 to 300).
+    #[arg(long, default_value_t = 12, value_parser = crate::data::months)]
     pub months: usize,
-    /// Drones per owner: utilization records per owner-month.
-    #[arg(long, default_value_t = 2)]
+    /// Drones per owner: utilization records per owner-month (1 to 100).
+    #[arg(long, default_value_t = 2, value_parser = crate::data::drones)]
     pub drones_per_owner: usize,
     /// RU/s of each container when it is created (the tuning run sets stage values later).
     #[arg(long, default_value_t = 10_000)]

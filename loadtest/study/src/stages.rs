@@ -51,6 +51,23 @@ pub enum StageError {
     Io { dir: String, source: std::io::Error },
 }
 
+/// The one pattern a stage's name (and a lab's) must match: a letter or digit, then up to
+/// 62 letters, digits, `-` or `_`. A name becomes a directory (`k8s/overlays/<stage>`),
+/// part of a shell line (`--stage-command`) and a label value, so `..`, `-rf` or a
+/// quote never reach any of them.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    if first_ok && rest_ok && name.len() <= 63 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the name {name:?} must be a letter or digit, then at most 62 letters, digits, '-' or '_'"
+        ))
+    }
+}
+
 fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -67,13 +84,7 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         file: name.to_owned(),
         reason: reason.to_owned(),
     };
-    // The name becomes an overlay directory and part of `--stage-command`'s shell line.
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    if name.is_empty() || !name.chars().all(plain) {
-        return Err(invalid(
-            "the file name must be letters, digits, '-', '_' or '.'",
-        ));
-    }
+    check_name(name).map_err(|reason| invalid(&reason))?;
     if file.config.provisioned_ru_per_second == 0 {
         return Err(invalid("provisioned_ru_per_second must be positive"));
     }
@@ -126,6 +137,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_directory_with_one_badly_named_file_is_refused_whole() {
+        let dir = tempfile::tempdir().expect("dir");
+        let valid = "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false";
+        std::fs::write(dir.path().join("1-fine.toml"), valid).expect("write");
+        std::fs::write(dir.path().join("-rf.toml"), valid).expect("write");
+        let error = from_dir(dir.path()).expect_err("refused").to_string();
+        assert!(error.contains("stage file -rf"), "{error}");
+    }
+
+    #[test]
     fn builtin_stages_match_the_study() {
         let stages = builtin().expect("stages parse");
         let summary: Vec<(u64, u16, i64, bool)> = stages
@@ -154,9 +175,21 @@ mod tests {
         assert!(parse("x", "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = -2\nuse_partition_key = false").is_err());
         let valid = "description = \"d\"\nprovisioned_ru_per_second = 1\npartitions = 9\nquery_parallelism = 0\nuse_partition_key = false";
         assert!(parse("5-mine", valid).is_ok());
-        assert!(
-            parse("x;rm -rf", valid).is_err(),
-            "a name that is not plain"
-        );
+        for hostile in [
+            "x;rm -rf",
+            "..",
+            ".",
+            "-rf",
+            "a/b",
+            "a b",
+            "",
+            "it's",
+            &"x".repeat(64),
+        ] {
+            assert!(
+                parse(hostile, valid).is_err(),
+                "{hostile:?} is not a plain name"
+            );
+        }
     }
 }

@@ -257,18 +257,19 @@ pub fn owner_month(owner: usize, month_index: usize) -> String {
     )
 }
 
-/// The utilization sums of an owner-month, from the seeded documents.
+/// The utilization sums of an owner-month, from the seeded documents, rounded as served.
 pub fn expected_utilization(owner: usize, month_index: usize) -> Utilization {
     if month_index >= DATA.months {
         return Utilization::default();
     }
-    (0..DATA.drones_per_owner).fold(Utilization::default(), |sum, drone| {
+    let sum = (0..DATA.drones_per_owner).fold(Utilization::default(), |sum, drone| {
         let doc = DATA.utilization_doc(owner, month_index, drone);
         Utilization {
             traveled_miles: sum.traveled_miles + doc["traveledMiles"].as_f64().unwrap_or(f64::NAN),
             assigned_hours: sum.assigned_hours + doc["assignedHours"].as_f64().unwrap_or(f64::NAN),
         }
-    })
+    });
+    sum.rounded()
 }
 
 /// The complete invoice of an owner-month, from the seeded documents.

@@ -10,12 +10,14 @@
 //!   control and data planes over the engine, and the admin routes.
 //!
 //! Around them: [`config`] (the command line), [`state`] (what every handler shares),
+//! `metrics` (the store's counters as Prometheus metrics),
 //! and [`main`] / [`InProcess`] (running it as a process of its own or inside another). The crate is a library (`build_app`, `run`)
 //! so tests start it in-process on `127.0.0.1:0`, plus a thin binary. See README.md for
 //! the protocol subset, the SQL subset and the calibration of the throughput model.
 
 pub mod config;
 mod http;
+mod metrics;
 mod process;
 pub mod state;
 

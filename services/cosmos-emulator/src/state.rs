@@ -43,7 +43,7 @@ impl AppState {
     pub fn new(config: &Config) -> Result<Self, WalError> {
         let store = Arc::new(Store::open(config.layout(), config.data_dir.as_deref())?);
         let metrics = MetricsRegistry::default();
-        metrics.register_collector(crate::http::admin::StatsCollector(store.clone()));
+        metrics.register_collector(crate::metrics::StatsCollector(store.clone()));
         Ok(Self {
             store,
             metrics,

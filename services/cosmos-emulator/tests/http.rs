@@ -710,3 +710,176 @@ async fn a_cross_partition_sort_is_planned_and_each_partition_answers_the_rewrit
     assert_eq!(payloads, [&json!("d"), &json!("a"), &json!("c")]);
     emulator.stop().await;
 }
+
+/// A signature covers one resource: the bare-id form (what RID-addressed requests sign)
+/// is accepted only for a RID-addressed request, so a signature made for a container
+/// `shared` in one database is refused for the container `shared` in another; a path
+/// with an empty segment is refused before its signature is looked at.
+#[tokio::test]
+async fn a_signature_is_accepted_only_for_the_resource_it_names() {
+    let emulator = Emulator::start(config(1)).await;
+    let raw = Raw::new(&emulator, false);
+    let get = reqwest::Method::GET;
+    for db in ["d1", "d2"] {
+        let body = serde_json::to_vec(&json!({"id": db})).expect("json");
+        raw.send(reqwest::Method::POST, "/dbs", ("dbs", ""), &[], Some(body))
+            .await;
+        let body = serde_json::to_vec(
+            &json!({"id": "shared", "partitionKey": {"paths": ["/pk"], "kind": "Hash", "version": 2}}),
+        )
+        .expect("json");
+        let link = format!("dbs/{db}");
+        let (status, _) = json_of(
+            raw.send(
+                reqwest::Method::POST,
+                &format!("/{link}/colls"),
+                ("colls", &link),
+                &[],
+                Some(body),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    // Signed for d1's container, sent to d2's.
+    let path = "/dbs/d2/colls/shared";
+    let (status, _) = json_of(
+        raw.send(
+            get.clone(),
+            path,
+            ("colls", "dbs/d1/colls/shared"),
+            &[],
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 401);
+    // The bare id, as a RID-addressed request signs: not for a name-addressed one.
+    let (status, _) = json_of(
+        raw.send(get.clone(), path, ("colls", "shared"), &[], None)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 401, "a bare-id signature replayed on a name path");
+    let (status, own) = json_of(
+        raw.send(
+            get.clone(),
+            path,
+            ("colls", "dbs/d2/colls/shared"),
+            &[],
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Addressed by resource ids, the lower-cased id is what is signed.
+    let (_, db) = json_of(
+        raw.send(get.clone(), "/dbs/d2", ("dbs", "dbs/d2"), &[], None)
+            .await,
+    )
+    .await;
+    let (db_rid, coll_rid) = (
+        db["_rid"].as_str().expect("db rid"),
+        own["_rid"].as_str().expect("coll rid"),
+    );
+    let rid_path = format!("/dbs/{db_rid}/colls/{coll_rid}");
+    let (status, _) = json_of(
+        raw.send(
+            get.clone(),
+            &rid_path,
+            ("colls", &coll_rid.to_lowercase()),
+            &[],
+            None,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "RID addressing still works");
+    // A list signature (link "") on a path with an empty segment.
+    let (status, body) = json_of(raw.send(get, "/dbs//dbs", ("dbs", ""), &[], None).await).await;
+    assert_eq!(status, 400, "{body}");
+}
+
+/// A continuation token resumes only the query that issued it: not another query, not
+/// another container, not another partition key.
+#[tokio::test]
+async fn a_continuation_token_resumes_only_its_own_query() {
+    let emulator = Emulator::start(config(1)).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    let docs = ("docs", "dbs/db/colls/c");
+    for i in 0..6 {
+        let body =
+            serde_json::to_vec(&json!({"id": format!("d{i}"), "pk": "p", "n": i})).expect("json");
+        raw.send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &[("x-ms-documentdb-partitionkey", "[\"p\"]")],
+            Some(body),
+        )
+        .await;
+    }
+    let query = |text: &str, key: &'static str, continuation: Option<String>| {
+        let body = serde_json::to_vec(&json!({"query": text, "parameters": []})).expect("json");
+        let mut headers = vec![
+            ("x-ms-documentdb-isquery", "True".to_owned()),
+            ("content-type", "application/query+json".to_owned()),
+            ("x-ms-max-item-count", "2".to_owned()),
+            ("x-ms-documentdb-partitionkey", key.to_owned()),
+        ];
+        if let Some(token) = continuation {
+            headers.push(("x-ms-continuation", token));
+        }
+        let raw = &raw;
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            raw.send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &headers,
+                Some(body),
+            )
+            .await
+        }
+    };
+    let first = query("SELECT * FROM c ORDER BY c.n", "[\"p\"]", None).await;
+    let token = first
+        .headers()
+        .get("x-ms-continuation")
+        .and_then(|v| v.to_str().ok())
+        .expect("a continuation")
+        .to_owned();
+    let (status, page) = json_of(
+        query(
+            "SELECT * FROM c ORDER BY c.n",
+            "[\"p\"]",
+            Some(token.clone()),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        page["Documents"][0]["n"], 2,
+        "the token resumes its own query"
+    );
+    for (text, key) in [
+        ("SELECT DISTINCT VALUE c.n FROM c", "[\"p\"]"),
+        ("SELECT * FROM c ORDER BY c.n", "[\"other\"]"),
+    ] {
+        let (status, body) = json_of(query(text, key, Some(token.clone())).await).await;
+        assert_eq!(status, 400, "{text} {key}: {body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("for this query")),
+            "{body}"
+        );
+    }
+}

@@ -72,9 +72,10 @@ impl Environment for ExistingTarget {
     async fn close(self, _keep_up: bool) {}
 }
 
-/// Runs `--stage-command` for `stage` through `sh -c` and waits for it.
+/// Runs `--stage-command` for `stage` through `sh -c` and waits for it. The stage's name
+/// (a plain name, checked when its file was read) goes in shell-quoted.
 async fn run_stage_command(command: &str, stage: &str) -> Result<(), TuneError> {
-    let line = command.replace("{stage}", stage);
+    let line = command.replace("{stage}", &lifecycle::shell_quote(stage));
     eprintln!("  applying the stage: {line}");
     let failed = |reason: String| TuneError::StageCommand {
         stage: stage.to_owned(),

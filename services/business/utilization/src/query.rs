@@ -94,7 +94,7 @@ pub async fn run(
     state.cosmos.record_operation(state.query(), cost);
     match first_error {
         Some(e) => Err(e),
-        None => Ok(total),
+        None => Ok(total.rounded()),
     }
 }
 

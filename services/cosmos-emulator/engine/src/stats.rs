@@ -7,8 +7,6 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::Store;
-
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Stats {
     pub databases: Vec<DatabaseStats>,
@@ -46,71 +44,6 @@ pub struct PartitionStatsView {
     pub documents: usize,
     #[serde(flatten)]
     pub counters: PartitionSnapshot,
-}
-
-fn finite(x: f64) -> Option<f64> {
-    x.is_finite().then_some((x * 100.0).round() / 100.0)
-}
-
-impl Stats {
-    /// Every database, container and partition of `store`, with their counters.
-    pub fn of(store: &Store) -> Self {
-        let databases = store
-            .databases()
-            .iter()
-            .map(|db| DatabaseStats {
-                id: db.id.clone(),
-                provisioned_ru_per_second: db.throughput(),
-                containers: db
-                    .containers()
-                    .iter()
-                    .map(|c| {
-                        let partitions: Vec<PartitionStatsView> = c
-                            .partitions
-                            .iter()
-                            .map(|p| PartitionStatsView {
-                                id: p.id.clone(),
-                                min_epk: p.range.min.to_hex(),
-                                max_epk: p.range.max.to_hex(),
-                                provisioned_ru_per_second: finite(p.ru_per_second()),
-                                documents: p.read().document_count(),
-                                counters: p.stats.snapshot(),
-                            })
-                            .collect();
-                        let per_partition =
-                            partitions.first().and_then(|p| p.provisioned_ru_per_second);
-                        ContainerStats {
-                            id: c.id.clone(),
-                            partition_key: c
-                                .partition_key
-                                .paths()
-                                .iter()
-                                .map(|p| p.to_string())
-                                .collect(),
-                            provisioned_ru_per_second: c.throughput().or(db.throughput()),
-                            provisioned_ru_per_partition: per_partition,
-                            documents: partitions.iter().map(|p| p.documents).sum(),
-                            requests: partitions.iter().map(|p| p.counters.requests).sum(),
-                            throttled_requests: partitions
-                                .iter()
-                                .map(|p| p.counters.throttled_requests)
-                                .sum(),
-                            ru_total: (partitions.iter().map(|p| p.counters.ru_total).sum::<f64>()
-                                * 100.0)
-                                .round()
-                                / 100.0,
-                            max_ru_per_partition_per_second: partitions
-                                .iter()
-                                .map(|p| p.counters.max_ru_per_second)
-                                .fold(0.0, f64::max),
-                            partitions,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect();
-        Stats { databases }
-    }
 }
 
 /// Counters of one physical partition since the last reset.

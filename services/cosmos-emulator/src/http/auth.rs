@@ -4,7 +4,9 @@
 //! and date) with HMAC-SHA256 over the decoded key. The resource link is the request
 //! path without its leading slash; for a feed (a path ending in a resource type such as
 //! `…/docs`) it is the parent path. RID-addressed requests and offers sign the
-//! lower-cased resource id instead, so both forms are accepted.
+//! lower-cased resource id instead: that form is accepted only for a request that is
+//! RID-addressed (its database and container segments are resource ids), so a signature
+//! for one resource is never accepted for another of the same name elsewhere.
 
 use axum::http::{HeaderMap, Method};
 use base64::Engine;
@@ -21,7 +23,7 @@ const RESOURCE_TYPES: [&str; 9] = [
 ];
 
 /// The resource type and candidate links a request may have been signed with.
-fn signing_candidates(path: &str) -> (String, Vec<String>) {
+fn signing_candidates(path: &str, rid_addressed: bool) -> (String, Vec<String>) {
     let trimmed = path.trim_matches('/');
     if trimmed.is_empty() {
         return (String::new(), vec![String::new()]);
@@ -51,7 +53,7 @@ fn signing_candidates(path: &str) -> (String, Vec<String>) {
     if decoded != joined {
         links.push(joined);
     }
-    if let Some(last_id) = link_segments.last() {
+    if let Some(last_id) = link_segments.last().filter(|_| rid_addressed) {
         if !RESOURCE_TYPES.contains(last_id) {
             links.push(last_id.to_lowercase());
         }
@@ -71,13 +73,15 @@ fn verb(method: &Method) -> &'static str {
     }
 }
 
-/// Checks the request's signature, and that its date is within `max_skew` of now;
+/// Checks the request's signature (`rid_addressed`: whether `path` names its database and
+/// container by resource id), and that its date is within `max_skew` of now;
 /// `Unauthorized` names what is wrong (never the key).
 pub fn verify(
     key: &MasterKey,
     max_skew: Option<std::time::Duration>,
     method: &Method,
     path: &str,
+    rid_addressed: bool,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
     let unauthorized = |m: &str| ApiError::Unauthorized(m.to_owned());
@@ -113,7 +117,7 @@ pub fn verify(
     if let Some(max_skew) = max_skew {
         check_date(&date, max_skew)?;
     }
-    let (resource_type, links) = signing_candidates(path);
+    let (resource_type, links) = signing_candidates(path, rid_addressed);
     for link in &links {
         let payload = format!(
             "{}\n{}\n{}\n{}\n\n",
@@ -210,20 +214,26 @@ mod tests {
     #[test]
     fn links_follow_the_cosmos_rules() {
         assert_eq!(
-            signing_candidates("/"),
+            signing_candidates("/", false),
             (String::new(), vec![String::new()])
         );
-        let (t, links) = signing_candidates("/dbs/db1/colls/c1/docs");
+        let (t, links) = signing_candidates("/dbs/db1/colls/c1/docs", false);
         assert_eq!(t, "docs");
-        assert_eq!(links[0], "dbs/db1/colls/c1");
-        let (t, links) = signing_candidates("/dbs/db1/colls/c1/docs/a%20b");
+        assert_eq!(
+            links,
+            ["dbs/db1/colls/c1"],
+            "a name path signs the path only"
+        );
+        let (t, links) = signing_candidates("/dbs/db1/colls/c1/docs/a%20b", false);
         assert_eq!(t, "docs");
         assert_eq!(links[0], "dbs/db1/colls/c1/docs/a b");
-        let (t, links) = signing_candidates("/offers/AbCd");
+        let (t, links) = signing_candidates("/offers/AbCd", false);
         assert_eq!(t, "offers");
         assert_eq!(links[0], "abcd");
-        let (t, links) = signing_candidates("/dbs");
+        let (t, links) = signing_candidates("/dbs", false);
         assert_eq!((t.as_str(), links[0].as_str()), ("dbs", ""));
+        let (_, links) = signing_candidates("/dbs/AbCdAA==/colls/AbCdAKl0=/pkranges", true);
+        assert_eq!(links.last().map(String::as_str), Some("abcdakl0="));
     }
 
     #[test]

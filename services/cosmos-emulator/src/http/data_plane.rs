@@ -309,9 +309,12 @@ async fn delete(
 }
 
 /// Where a query resumes: partition index (within the request's partitions), the
-/// position there (see [`cosmos_engine::store::PartitionData::query`]), and how many rows were
-/// returned so far (for `TOP`).
+/// position there (see [`cosmos_engine::store::PartitionData::query`]), how many rows
+/// were returned so far (for `TOP`), and what it resumes: a digest of the container, the
+/// partitions and scope, the query and its parameters. A token only resumes the query
+/// that issued it.
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Continuation {
     #[serde(rename = "p")]
     partition: usize,
@@ -319,19 +322,63 @@ struct Continuation {
     position: u64,
     #[serde(rename = "n")]
     returned: u64,
+    #[serde(rename = "q")]
+    query: String,
 }
 
 impl Continuation {
-    fn parse(token: Option<&str>) -> ApiResult<Self> {
-        match token {
-            None | Some("") => Ok(Self::default()),
-            Some(token) => serde_json::from_str(token).map_err(|_| {
-                ApiError::BadRequest(format!(
-                    "the continuation token {token:?} was not issued by this emulator"
-                ))
-            }),
+    /// The request's continuation, or a fresh start: `binding` is the query's.
+    fn parse(token: Option<&str>, binding: &str, partitions: usize) -> ApiResult<Self> {
+        let token = match token {
+            None | Some("") => {
+                return Ok(Self {
+                    query: binding.to_owned(),
+                    ..Self::default()
+                })
+            }
+            Some(token) => token,
+        };
+        let foreign = || {
+            ApiError::BadRequest(format!(
+                "the continuation token {:?} was not issued by this emulator for this query",
+                token.chars().take(64).collect::<String>()
+            ))
+        };
+        let resume: Self = serde_json::from_str(token).map_err(|_| foreign())?;
+        if resume.query != binding || resume.partition >= partitions.max(1) {
+            return Err(foreign());
+        }
+        Ok(resume)
+    }
+
+    fn resume_at(&self, partition: usize, position: u64) -> Self {
+        Self {
+            partition,
+            position,
+            returned: 0,
+            query: self.query.clone(),
         }
     }
+}
+
+/// A digest of what a query's pages depend on: the container, the partitions and the
+/// scope the request covers, the query and its parameters (in name order).
+fn query_binding(
+    container: &Container,
+    partitions: &[&Partition],
+    scope: &Scope,
+    query: &PreparedQuery,
+) -> String {
+    use sha2::Digest as _;
+    let mut params: Vec<_> = query.params.iter().collect();
+    params.sort_by(|a, b| a.0.cmp(b.0));
+    let ids: Vec<&str> = partitions.iter().map(|p| p.id.as_str()).collect();
+    let text = format!(
+        "{}|{ids:?}|{scope:?}|{:?}|{params:?}",
+        container.rid, query.query
+    );
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The partitions a query request covers and the documents it may see in them.
@@ -410,7 +457,12 @@ async fn run_query(
         )));
     }
     let page_size = page_size(request)?;
-    let resume = Continuation::parse(request.header(headers::CONTINUATION))?;
+    let binding = query_binding(container, &partitions, &scope, &query);
+    let resume = Continuation::parse(
+        request.header(headers::CONTINUATION),
+        &binding,
+        partitions.len(),
+    )?;
     let top = query.query.top;
     execute(state, &partitions, || {
         let mut rows = Vec::new();
@@ -428,11 +480,7 @@ async fn run_query(
             };
             let remaining = budget.saturating_sub(rows.len());
             if remaining == 0 {
-                next = Some(Continuation {
-                    partition: i,
-                    position: 0,
-                    returned: 0,
-                });
+                next = Some(resume.resume_at(i, 0));
                 break;
             }
             let page = p
@@ -442,11 +490,7 @@ async fn run_query(
             charges[i] = Some(page.charge());
             rows.extend(page.rows);
             if let Some(position) = page.resume_at {
-                next = Some(Continuation {
-                    partition: i,
-                    position,
-                    returned: 0,
-                });
+                next = Some(resume.resume_at(i, position));
                 break;
             }
         }

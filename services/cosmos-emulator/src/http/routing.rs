@@ -43,11 +43,20 @@ async fn handle(
     parts: axum::http::request::Parts,
     body: axum::body::Body,
 ) -> ApiResult<CosmosResponse> {
+    let path = parts.uri.path();
+    let trimmed = path.trim_matches('/');
+    if !trimmed.is_empty() && trimmed.split('/').any(str::is_empty) {
+        return Err(ApiError::BadRequest(format!(
+            "the path {:?} has an empty segment",
+            path.chars().take(128).collect::<String>()
+        )));
+    }
     super::auth::verify(
         &state.key,
         state.max_clock_skew,
         &parts.method,
-        parts.uri.path(),
+        path,
+        rid_addressed(&state.store, path),
         &parts.headers,
     )?;
     let body = state
@@ -62,6 +71,22 @@ async fn handle(
         ["dbs", rest @ ..] => databases(state, &request, rest).await,
         ["offers", rest @ ..] => offers(state, &request, rest),
         _ => Err(not_served(&request)),
+    }
+}
+
+/// Whether `path` addresses its database (and container, if any) by resource id: the
+/// form whose signature covers the lower-cased id alone.
+fn rid_addressed(store: &cosmos_engine::store::Store, path: &str) -> bool {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let Some(database) = (match segments.as_slice() {
+        ["dbs", db, ..] => store.database(db).ok().filter(|d| d.rid == *db),
+        _ => None,
+    }) else {
+        return false;
+    };
+    match segments.get(2..4) {
+        Some(["colls", coll]) => database.container(coll).is_ok_and(|c| c.rid == *coll),
+        _ => true,
     }
 }
 

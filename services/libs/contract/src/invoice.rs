@@ -20,12 +20,29 @@ pub struct PackageSummary {
     pub total_weight_kg: f64,
 }
 
-/// `GET /api/dronedeliveries/utilization`: summed over the owner's drones for the month.
+/// `GET /api/dronedeliveries/utilization`: summed over the owner's drones for the month,
+/// each sum rounded to [`Utilization::DECIMALS`] decimals (the records' own precision).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Utilization {
     pub traveled_miles: f64,
     pub assigned_hours: f64,
+}
+
+impl Utilization {
+    /// Decimals of both sums: a sum of floats carries binary noise (`252.39999999999998`)
+    /// that is not in the data.
+    pub const DECIMALS: i32 = 2;
+
+    /// These sums rounded to [`Self::DECIMALS`].
+    pub fn rounded(self) -> Self {
+        let scale = 10f64.powi(Self::DECIMALS);
+        let round = |x: f64| (x * scale).round() / scale;
+        Self {
+            traveled_miles: round(self.traveled_miles),
+            assigned_hours: round(self.assigned_hours),
+        }
+    }
 }
 
 /// A section of the invoice, named after the backend that fills it.
@@ -137,6 +154,16 @@ mod tests {
         assert!(contains(&invoice));
         invoice.partial = false;
         assert!(!contains(&invoice));
+    }
+
+    #[test]
+    fn utilization_sums_are_served_to_two_decimals() {
+        let noisy = Utilization {
+            traveled_miles: 0.1 + 0.2 + 252.0,
+            assigned_hours: 252.39999999999998,
+        };
+        let json = serde_json::to_string(&noisy.rounded()).expect("json");
+        assert_eq!(json, r#"{"traveledMiles":252.3,"assignedHours":252.4}"#);
     }
 
     /// Every field a served invoice has is in the schema, and required.

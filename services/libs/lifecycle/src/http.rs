@@ -178,34 +178,40 @@ async fn within_open_file_limit(name: &'static str, wanted: usize) -> usize {
     }
 }
 
-/// The limits' warnings, each at most once per [`REPORT_EVERY`].
+/// The limits' warnings, each at most once per [`WARN_EVERY`].
 struct LimitReports {
-    refused: Report,
-    timed_out: Report,
-    accept_failed: Report,
+    refused: RateLimitedWarning,
+    timed_out: RateLimitedWarning,
+    accept_failed: RateLimitedWarning,
 }
-
-const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 impl LimitReports {
     fn new(server: &'static str) -> Self {
+        let warning = |what| RateLimitedWarning::new(server, what);
         Self {
-            refused: Report::new(server, "connection limit reached: closed new connections"),
-            timed_out: Report::new(server, "closed slow or idle connections"),
-            accept_failed: Report::new(server, "could not accept connections"),
+            refused: warning("connection limit reached: closed new connections"),
+            timed_out: warning("closed slow or idle connections"),
+            accept_failed: warning("could not accept connections"),
         }
     }
 }
 
-struct Report {
+/// A warning logged at most once per [`WARN_EVERY`].
+pub const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// A warning that happens often when it happens at all: logged at most once every
+/// [`WARN_EVERY`], with how many times it happened since the last line, so a storm of
+/// them stays readable and costs nothing.
+#[derive(Debug)]
+pub struct RateLimitedWarning {
     server: &'static str,
     what: &'static str,
     since_last: AtomicU64,
     last: Mutex<Option<Instant>>,
 }
 
-impl Report {
-    fn new(server: &'static str, what: &'static str) -> Self {
+impl RateLimitedWarning {
+    pub fn new(server: &'static str, what: &'static str) -> Self {
         Self {
             server,
             what,
@@ -214,10 +220,11 @@ impl Report {
         }
     }
 
-    fn hit(&self, detail: &dyn std::fmt::Display) {
+    /// Counts one more; logs `what (detail)` if the last line is old enough.
+    pub fn hit(&self, detail: &dyn std::fmt::Display) {
         self.since_last.fetch_add(1, Ordering::Relaxed);
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|at| at.elapsed() < REPORT_EVERY) {
+        if last.is_some_and(|at| at.elapsed() < WARN_EVERY) {
             return;
         }
         *last = Some(Instant::now());
@@ -405,5 +412,56 @@ impl BodyBudget {
             bytes,
             _reserved: reserved,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Log lines written while `f` runs.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = lines.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn a_storm_of_warnings_is_one_line_with_its_count() {
+        let warning = RateLimitedWarning::new("test-server", "something failed");
+        let text = logged(|| {
+            for i in 0..1000 {
+                warning.hit(&format_args!("number {i}"));
+            }
+        });
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.contains("WARN") && text.contains("something failed (number 0)"),
+            "{text}"
+        );
+        // The next line, once due, counts the ones it stood for.
+        *warning.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let text = logged(|| warning.hit(&"again"));
+        assert!(text.contains("times=1000"), "{text}");
     }
 }

@@ -54,10 +54,17 @@ where
             .with_span_list(false)
             .with_writer(std::io::stderr)
             .boxed(),
+        // Colour only on a terminal: a log file (the local stack's) gets plain text.
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .boxed(),
     }
+}
+
+/// `text` as one word for `sh -c`: single-quoted, with each `'` written `'\''`.
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// Logs to stderr, filtered by `RUST_LOG`, else by `default_directive` (e.g. `info`).
@@ -144,3 +151,20 @@ where
 
 /// Completes when the process should stop (see [`shutdown_signal`]).
 pub type Shutdown = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_word_reaches_the_shell_as_it_is() {
+        for word in ["plain", "it's", "a b", "$(touch x)", "'", "-rf", ""] {
+            let line = format!("printf %s {}", shell_quote(word));
+            let out = std::process::Command::new("sh")
+                .args(["-c", &line])
+                .output()
+                .expect("sh runs");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), word, "{line}");
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! CPU time and resident memory of a process, read from Linux `/proc`: what a process
 //! reports as `process_cpu_seconds_total` / `process_resident_memory_bytes`
-//! ([`crate::metrics`]), and what the tuning run samples for every component.
+//! (the `metrics` module serves them), and what the tuning run samples for every
+//! component.
 
 use procfs::process::Process;
 

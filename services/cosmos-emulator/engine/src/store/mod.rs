@@ -14,6 +14,8 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 pub use partition::{Document, Partition, PartitionData, Scope};
+
+use crate::stats::{ContainerStats, DatabaseStats, PartitionStatsView, Stats};
 pub use wal::{Record, Wal, WalError};
 
 use crate::epk::{split_ranges, LogicalKey, MAX_PARTITIONS};
@@ -866,4 +868,68 @@ fn validate_id(id: &str) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some((x * 100.0).round() / 100.0)
+}
+
+impl Store {
+    /// Every database, container and partition, with their counters.
+    pub fn stats(&self) -> Stats {
+        let databases = self
+            .databases()
+            .iter()
+            .map(|db| DatabaseStats {
+                id: db.id.clone(),
+                provisioned_ru_per_second: db.throughput(),
+                containers: db
+                    .containers()
+                    .iter()
+                    .map(|c| {
+                        let partitions: Vec<PartitionStatsView> = c
+                            .partitions
+                            .iter()
+                            .map(|p| PartitionStatsView {
+                                id: p.id.clone(),
+                                min_epk: p.range.min.to_hex(),
+                                max_epk: p.range.max.to_hex(),
+                                provisioned_ru_per_second: finite(p.ru_per_second()),
+                                documents: p.read().document_count(),
+                                counters: p.stats.snapshot(),
+                            })
+                            .collect();
+                        let per_partition =
+                            partitions.first().and_then(|p| p.provisioned_ru_per_second);
+                        ContainerStats {
+                            id: c.id.clone(),
+                            partition_key: c
+                                .partition_key
+                                .paths()
+                                .iter()
+                                .map(|p| p.to_string())
+                                .collect(),
+                            provisioned_ru_per_second: c.throughput().or(db.throughput()),
+                            provisioned_ru_per_partition: per_partition,
+                            documents: partitions.iter().map(|p| p.documents).sum(),
+                            requests: partitions.iter().map(|p| p.counters.requests).sum(),
+                            throttled_requests: partitions
+                                .iter()
+                                .map(|p| p.counters.throttled_requests)
+                                .sum(),
+                            ru_total: (partitions.iter().map(|p| p.counters.ru_total).sum::<f64>()
+                                * 100.0)
+                                .round()
+                                / 100.0,
+                            max_ru_per_partition_per_second: partitions
+                                .iter()
+                                .map(|p| p.counters.max_ru_per_second)
+                                .fold(0.0, f64::max),
+                            partitions,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        Stats { databases }
+    }
 }
