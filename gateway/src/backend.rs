@@ -1,6 +1,8 @@
-//! Calling one backend: per-call timeout, and a retry on connection failure or 503 with
-//! exponential backoff and full jitter, capped by a retry budget so retries can never
-//! multiply the load on a struggling backend (the Retry Storm antipattern).
+//! Calling one backend: within its adaptive limit of calls in flight ([`crate::limit`]:
+//! beyond it the call fails at once and the invoice is answered without that section),
+//! a per-call timeout, and a retry on connection failure or 503 with exponential backoff
+//! and full jitter, capped by a retry budget so retries can never multiply the load on a
+//! struggling backend (the Retry Storm antipattern).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use serde::de::DeserializeOwned;
 use service_kit::client::{CallOutcome, TracedClient};
 use tower::retry::budget::{Budget, TpsBudget};
 
+use crate::limit::{AdaptiveLimit, Permit};
 use crate::metrics::{self, GatewayMetrics};
 
 /// A backend the gateway aggregates.
@@ -24,11 +27,14 @@ pub struct Backend {
     pub url: url::Url,
     /// `GET <section>`, the client span's name.
     span_name: &'static str,
+    /// Its calls in flight, adaptively limited.
+    pub limit: Arc<AdaptiveLimit>,
 }
 
 impl Backend {
-    /// The backend filling `section` at `url` (its query, if any, is dropped).
-    pub fn new(section: Section, mut url: url::Url) -> Self {
+    /// The backend filling `section` at `url` (its query, if any, is dropped), whose
+    /// calls `limit` admits.
+    pub fn new(section: Section, mut url: url::Url, limit: Arc<AdaptiveLimit>) -> Self {
         url.set_query(None);
         let span_name = match section {
             Section::Deliveries => "GET deliveries",
@@ -39,6 +45,7 @@ impl Backend {
             section,
             url,
             span_name,
+            limit,
         }
     }
 }
@@ -65,16 +72,37 @@ pub struct Caller<'a> {
 }
 
 impl Caller<'_> {
-    /// Calls `backend` with the owner-month query; returns its answer or why not, and
+    /// Calls `backend` with the owner-month query, admitted by `permit` (`None`: its
+    /// limit was full, and the call fails at once); returns its answer or why not, and
     /// records the call's latency and outcome.
     pub async fn call<T: DeserializeOwned>(
         &self,
         cx: &Context,
         backend: &Backend,
         query: &str,
+        permit: Option<Permit>,
     ) -> Result<T, SectionError> {
+        let Some(permit) = permit else {
+            self.metrics
+                .backend_call(backend.section.name(), metrics::CallOutcome::Refused, 0.0);
+            return Err(SectionError {
+                backend: backend.section,
+                status: None,
+                detail: format!(
+                    "not called: {} calls were already in flight to it (its limit); answered without it",
+                    backend.limit.current()
+                ),
+            });
+        };
         let started = Instant::now();
         let outcome = self.attempts(cx, backend, query).await;
+        // An answer says how long the backend takes and a timeout that it is behind; a
+        // call that failed at once says nothing about its queue.
+        match outcome {
+            CallOutcome::Response { .. } => permit.answered(),
+            CallOutcome::TimedOut => permit.timed_out(),
+            CallOutcome::ConnectFailed(_) | CallOutcome::Failed(_) => drop(permit),
+        }
         let mut label = metrics::CallOutcome::of(&outcome);
         let result = interpret(backend.section, outcome, self.policy.timeout);
         if result.is_err() && label == metrics::CallOutcome::Ok {

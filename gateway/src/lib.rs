@@ -4,9 +4,12 @@
 //!
 //! Like the study's original nginx gateway it answers `200` even when a backend fails:
 //! that backend's section is `null`, `partial` is `true` and `errors` says why. Bad input
-//! is a `400` problem+json naming the parameter. Beyond an adaptive limit of requests in
-//! flight (between 64 and `--max-concurrency`, lowered when answers slow down: see
-//! [`limit`]) it sheds load with `503` + `Retry-After` instead of queueing without bound.
+//! is a `400` problem+json naming the parameter. Each backend's calls in flight have an
+//! adaptive limit (between 64 and `--max-concurrency`, lowered while its answers slow
+//! down: see [`limit`]); a call beyond it fails at once, so a slow or hung backend costs
+//! its own section, not the others'. Beyond `--max-concurrency` invoices in flight, or
+//! when every backend is at its limit, the gateway sheds load with `503` + `Retry-After`
+//! instead of queueing without bound.
 
 mod backend;
 mod limit;
@@ -77,9 +80,10 @@ pub struct GatewayArgs {
     /// Retries of a backend call on connection failure or 503 (within the retry budget).
     #[arg(long, env = "GATEWAY_MAX_RETRIES", default_value_t = DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
-    /// Most invoice requests served at once; more are shed with 503 + Retry-After. The
-    /// gateway lowers its limit (down to 64, or this if smaller) while its answers slow
-    /// down, so the requests it accepts are answered in bounded time.
+    /// Most invoice requests served at once, and most calls in flight to one backend;
+    /// more invoices are shed with 503 + Retry-After. A backend's limit is lowered (down
+    /// to 64, or this if smaller) while its answers slow down; calls beyond it fail at
+    /// once and leave their section empty.
     #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = DEFAULT_MAX_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_concurrency: u32,
@@ -106,7 +110,8 @@ pub struct AppState {
     delivery: Backend,
     package: Backend,
     utilization: Backend,
-    in_flight: Arc<AdaptiveLimit>,
+    /// Invoices in flight: at most `--max-concurrency`.
+    in_flight: Arc<tokio::sync::Semaphore>,
     instrumentation: Instrumentation,
     metrics: GatewayMetrics,
     /// Partial answers, logged (rate-limited) with the backend, the reason and a trace.
@@ -129,6 +134,11 @@ impl AppState {
         );
         let instrumentation = Instrumentation::new(telemetry);
         let metrics = GatewayMetrics::register(&instrumentation.metrics);
+        let backend = |section: Section, base: &url::Url, route: &str| {
+            let gauge = metrics.concurrency_limit_gauge(section.name());
+            let limit = AdaptiveLimit::new(limit::FLOOR, concurrency, gauge);
+            Backend::new(section, endpoint(base, route), limit)
+        };
         Ok(Arc::new(Self {
             client,
             budget: backend::retry_budget(),
@@ -137,23 +147,22 @@ impl AppState {
                 max_retries: args.max_retries,
                 backoff_base: Duration::from_millis(25),
             },
-            delivery: Backend::new(
+            delivery: backend(
                 Section::Deliveries,
-                endpoint(&args.delivery_url, routes::DELIVERY_SUMMARY),
+                &args.delivery_url,
+                routes::DELIVERY_SUMMARY,
             ),
-            package: Backend::new(
+            package: backend(
                 Section::Packages,
-                endpoint(&args.package_url, routes::PACKAGE_SUMMARY),
+                &args.package_url,
+                routes::PACKAGE_SUMMARY,
             ),
-            utilization: Backend::new(
+            utilization: backend(
                 Section::Utilization,
-                endpoint(&args.utilization_url, routes::UTILIZATION),
+                &args.utilization_url,
+                routes::UTILIZATION,
             ),
-            in_flight: AdaptiveLimit::new(
-                limit::FLOOR,
-                concurrency,
-                metrics.concurrency_limit_gauge(),
-            ),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(concurrency)),
             instrumentation,
             metrics,
             partial_answers: RateLimitedWarning::new(
@@ -184,34 +193,45 @@ pub fn build_app(state: Arc<AppState>) -> Router {
     )
 }
 
-/// Admits invoice requests up to the adaptive limit ([`limit`]); the rest get a fast 503.
+/// Admits up to `--max-concurrency` invoice requests at once; the rest get a fast 503.
 async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     match state.in_flight.try_acquire() {
-        Some(permit) => {
-            let response = next.run(request).await;
-            if response.status().is_success() {
-                permit.answered();
-            }
-            response
-        }
-        None => {
-            state.metrics.invoice(InvoiceOutcome::Shed);
-            Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
-                .with_detail("too many invoice requests in flight; retry shortly")
-                .with_retry_after(1)
-                .into_response()
-        }
+        Ok(_permit) => next.run(request).await,
+        Err(_) => overloaded(&state, "too many invoice requests in flight; retry shortly"),
     }
+}
+
+/// The 503 of a shed invoice.
+fn overloaded(state: &AppState, detail: &str) -> Response {
+    state.metrics.invoice(InvoiceOutcome::Shed);
+    Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Gateway overloaded")
+        .with_detail(detail)
+        .with_retry_after(1)
+        .into_response()
 }
 
 async fn invoice(
     State(state): State<Arc<AppState>>,
     RequestContext(cx): RequestContext,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Invoice>, Problem> {
-    let request = OwnerMonth::from_query(raw.as_deref()).inspect_err(|_| {
-        state.metrics.invoice(InvoiceOutcome::Error);
-    })?;
+) -> Response {
+    let request = match OwnerMonth::from_query(raw.as_deref()) {
+        Ok(request) => request,
+        Err(invalid) => {
+            state.metrics.invoice(InvoiceOutcome::Error);
+            return Problem::from(invalid).into_response();
+        }
+    };
+    let permits = [&state.delivery, &state.package, &state.utilization]
+        .map(|backend| backend.limit.try_acquire());
+    if permits.iter().all(Option::is_none) {
+        // No section could be filled: nothing worth a 200.
+        return overloaded(
+            &state,
+            "every backend is at its limit of calls in flight; retry shortly",
+        );
+    }
+    let [delivery, package, utilization] = permits;
     let query = request.to_query();
     let caller = backend::Caller {
         client: &state.client,
@@ -220,9 +240,9 @@ async fn invoice(
         metrics: &state.metrics,
     };
     let (deliveries, packages, utilization) = tokio::join!(
-        caller.call(&cx, &state.delivery, &query),
-        caller.call(&cx, &state.package, &query),
-        caller.call(&cx, &state.utilization, &query)
+        caller.call(&cx, &state.delivery, &query, delivery),
+        caller.call(&cx, &state.package, &query, package),
+        caller.call(&cx, &state.utilization, &query, utilization)
     );
     let mut errors = Vec::new();
     let (deliveries, packages, utilization) = (
@@ -234,16 +254,20 @@ async fn invoice(
     if partial {
         let span = cx.span();
         span.set_attribute(KeyValue::new(attribute::INVOICE_PARTIAL, true));
+        let context = span.span_context();
+        let trace = match context.is_valid() {
+            true => context.trace_id().to_string(),
+            false => "none (tracing off)".to_owned(),
+        };
         state.partial_answers.hit(&format_args!(
-            "the latest: trace {}, {}",
-            span.span_context().trace_id(),
+            "the latest: trace {trace}, {}",
             describe_errors(&errors)
         ));
         state.metrics.invoice(InvoiceOutcome::Partial);
     } else {
         state.metrics.invoice(InvoiceOutcome::Complete);
     }
-    Ok(Json(Invoice {
+    Json(Invoice {
         owner_id: request.owner_id.to_string(),
         year: request.year.get(),
         month: request.month.get(),
@@ -252,7 +276,8 @@ async fn invoice(
         utilization,
         partial,
         errors,
-    }))
+    })
+    .into_response()
 }
 
 /// `backend status: detail; …`, for a log line.

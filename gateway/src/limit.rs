@@ -1,25 +1,26 @@
-//! An adaptive limit on invoice requests in flight (additive increase, multiplicative
-//! decrease on latency).
+//! An adaptive limit on one backend's calls in flight (additive increase, multiplicative
+//! decrease on latency): the gateway keeps one per backend.
 //!
-//! A fixed limit has to be tuned to the backends: at 512 in flight the requests the
-//! gateway accepted at ten times the sustainable load waited up to 10 s (p99 7.1 s),
-//! because they queued in the backends, not here. This limit watches the latency of the
-//! answers instead. It tracks the best latency of the last 10–20 s (what an answer takes
-//! without a queue); an answer that took more than twice that, plus 10 ms, means a queue
-//! has formed, and the limit shrinks by 10 %. Any other answer grows it by one request
-//! per limit's worth of answers. So the limit settles where the backends keep up, and
-//! the requests beyond it are shed at once with `503`.
+//! A fixed limit has to be tuned to the backend: at 512 in flight, calls to a backend
+//! that fell behind queued there for seconds. This limit watches the latency of the
+//! backend's answers instead. It tracks the best latency of the last 10–20 s (what an
+//! answer takes without a queue); an answer that took more than twice that, plus 10 ms,
+//! means a queue has formed (a timeout is such an answer), and the limit shrinks by
+//! 10 %. Every other answer grows it by one, so it climbs back within seconds once the
+//! backend keeps up again (at 20 answers a second, from its floor to 512 in under half a
+//! minute). The calls beyond it fail at once, and the invoice is answered without that
+//! section: a slow or hung backend costs its own section, not the others'.
 //!
-//! It never goes below its floor: 64 requests, more than the study's step load (40 users,
-//! one request each) ever has in flight, so the tuning run's slow stages are measured
-//! slow, not shed. Nor above `--max-concurrency`.
+//! It never goes below its floor: 64 calls, more than the study's step load (40 users,
+//! one invoice each) ever has in flight, so the tuning run's slow stages are measured
+//! slow, not cut short. Nor above `--max-concurrency`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 
-/// Never shed below this many requests in flight.
+/// Never refuse calls below this many in flight.
 pub const FLOOR: usize = 64;
 /// How long one window of the best-latency estimate lasts.
 const WINDOW: Duration = Duration::from_secs(10);
@@ -34,8 +35,8 @@ pub struct AdaptiveLimit {
     floor: usize,
     ceiling: usize,
     state: Mutex<State>,
-    /// The whole part of the limit, set whenever it changes (`gateway_concurrency_limit`);
-    /// reading it needs no lock.
+    /// The whole part of the limit, set whenever it changes
+    /// (`gateway_concurrency_limit{backend}`); reading it needs no lock.
     gauge: Gauge,
 }
 
@@ -49,14 +50,24 @@ struct State {
     window_started: Instant,
 }
 
-/// One admitted request; give it back with [`Permit::answered`], or drop it when the
-/// request ended without an answer worth measuring.
+/// One admitted call; give it back with [`Permit::answered`] or [`Permit::timed_out`],
+/// or drop it when the call ended without an answer worth measuring.
 #[derive(Debug)]
 pub struct Permit {
     limit: Arc<AdaptiveLimit>,
     admitted: Instant,
-    /// Set when the request was answered: the sample the limit learns from.
-    latency: Option<Duration>,
+    /// What the call says about the backend's queue, once it ended.
+    sample: Option<Sample>,
+}
+
+/// What one call says about the backend's queue.
+#[derive(Debug, Clone, Copy)]
+enum Sample {
+    /// Answered after this long.
+    Answered(Duration),
+    /// Not answered within its timeout: a queue, whatever the best latency says (a hung
+    /// backend's timeouts are all alike).
+    TimedOut,
 }
 
 impl AdaptiveLimit {
@@ -89,13 +100,12 @@ impl AdaptiveLimit {
         Some(Permit {
             limit: self.clone(),
             admitted: Instant::now(),
-            latency: None,
+            sample: None,
         })
     }
 
-    /// The current limit (requests in flight beyond it are shed).
-    #[cfg(test)]
-    fn current(&self) -> usize {
+    /// The current limit (calls in flight beyond it are refused).
+    pub fn current(&self) -> usize {
         usize::try_from(self.gauge.get()).unwrap_or(0)
     }
 
@@ -103,11 +113,18 @@ impl AdaptiveLimit {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn release(&self, latency: Option<Duration>) {
+    fn release(&self, sample: Option<Sample>) {
         let mut state = self.lock();
         state.in_flight = state.in_flight.saturating_sub(1);
-        let Some(latency) = latency else {
-            return;
+        let (floor, ceiling) = (self.floor as f64, self.ceiling as f64);
+        let latency = match sample {
+            None => return,
+            Some(Sample::TimedOut) => {
+                state.limit = (state.limit * DECREASE).max(floor);
+                self.gauge.set(state.limit as i64);
+                return;
+            }
+            Some(Sample::Answered(latency)) => latency,
         };
         let now = Instant::now();
         if now.duration_since(state.window_started) >= WINDOW {
@@ -119,26 +136,31 @@ impl AdaptiveLimit {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(latency),
         };
-        let (floor, ceiling) = (self.floor as f64, self.ceiling as f64);
         state.limit = if latency > best * QUEUE_FACTOR + QUEUE_SLACK {
             (state.limit * DECREASE).max(floor)
         } else {
-            (state.limit + 1.0 / state.limit).min(ceiling)
+            (state.limit + 1.0).min(ceiling)
         };
         self.gauge.set(state.limit as i64);
     }
 }
 
 impl Permit {
-    /// The request was answered: its latency feeds the limit.
+    /// The call was answered, or timed out: its latency feeds the limit. (A call that
+    /// failed at once, say refused, says nothing about a queue: drop its permit.)
     pub fn answered(mut self) {
-        self.latency = Some(self.admitted.elapsed());
+        self.sample = Some(Sample::Answered(self.admitted.elapsed()));
+    }
+
+    /// The call got no answer within its timeout.
+    pub fn timed_out(mut self) {
+        self.sample = Some(Sample::TimedOut);
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.limit.release(self.latency.take());
+        self.limit.release(self.sample.take());
     }
 }
 
@@ -154,7 +176,7 @@ mod tests {
         }
         let admitted = permits.len();
         for mut permit in permits {
-            permit.latency = Some(latency);
+            permit.sample = Some(Sample::Answered(latency));
             drop(permit);
         }
         admitted
@@ -174,12 +196,56 @@ mod tests {
         }
         assert_eq!(limit.current(), 8);
         assert_eq!(round(&limit, Duration::from_millis(20)), 8);
-        // Fast again: it grows, by about one per limit's worth of answers.
-        for _ in 0..200 {
+        // Fast again: it grows by one per fast answer, back to the ceiling within one
+        // limit's worth of rounds, not hundreds.
+        let mut rounds = 0;
+        while limit.current() < 100 && rounds < 10 {
             round(&limit, Duration::from_millis(20));
+            rounds += 1;
         }
-        let grown = limit.current();
-        assert!((20..=100).contains(&grown), "{grown}");
+        assert_eq!(
+            limit.current(),
+            100,
+            "back at the ceiling after {rounds} rounds"
+        );
+        assert!(rounds <= 5, "{rounds} rounds");
+    }
+
+    #[test]
+    fn from_the_floor_to_the_ceiling_takes_as_many_fast_answers_as_the_gap() {
+        // The finding: 512 → 64 under overload, then +18 in 45 s of healthy traffic
+        // (about an hour to recover). Now each fast answer adds one.
+        let limit = AdaptiveLimit::new(64, 512, Gauge::default());
+        round(&limit, Duration::from_millis(20));
+        for _ in 0..40 {
+            round(&limit, Duration::from_millis(500));
+        }
+        assert_eq!(limit.current(), 64);
+        let mut answers = 0;
+        while limit.current() < 512 {
+            let mut permit = limit.try_acquire().expect("below the limit");
+            permit.sample = Some(Sample::Answered(Duration::from_millis(20)));
+            drop(permit);
+            answers += 1;
+            assert!(
+                answers <= 448,
+                "still {} after {answers} answers",
+                limit.current()
+            );
+        }
+        // At the study's 20 invoices a second: about 22 s.
+        assert_eq!(answers, 448);
+    }
+
+    #[test]
+    fn timeouts_shrink_the_limit_even_when_every_call_takes_as_long() {
+        // A hung backend: every call times out after the same time, so none is slower
+        // than the best. The limit must still fall, or its calls fill the front door.
+        let limit = AdaptiveLimit::new(64, 512, Gauge::default());
+        for _ in 0..60 {
+            limit.try_acquire().expect("below the limit").timed_out();
+        }
+        assert_eq!(limit.current(), 64);
     }
 
     #[test]

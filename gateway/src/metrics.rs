@@ -45,6 +45,8 @@ pub enum CallOutcome {
     Timeout,
     ConnectFailed,
     Failed,
+    /// Not made: the backend's limit of calls in flight was full.
+    Refused,
 }
 
 impl CallOutcome {
@@ -69,6 +71,7 @@ impl EncodeLabelValue for CallOutcome {
             Self::Timeout => "timeout",
             Self::ConnectFailed => "connect_failed",
             Self::Failed => "failed",
+            Self::Refused => "refused",
         })
     }
 }
@@ -76,6 +79,11 @@ impl EncodeLabelValue for CallOutcome {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     outcome: InvoiceOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -88,7 +96,7 @@ struct CallLabels {
 pub struct GatewayMetrics {
     invoices: Family<OutcomeLabels, Counter>,
     backend_calls: Family<CallLabels, Histogram>,
-    concurrency_limit: Gauge,
+    concurrency_limit: Family<BackendLabels, Gauge>,
 }
 
 impl GatewayMetrics {
@@ -96,16 +104,16 @@ impl GatewayMetrics {
         let metrics = Self {
             invoices: Family::default(),
             backend_calls: Family::new_with_constructor(latency_histogram),
-            concurrency_limit: Gauge::default(),
+            concurrency_limit: Family::default(),
         };
         registry.register(
             metric::GATEWAY_CONCURRENCY_LIMIT,
-            "Invoice requests the gateway admits at once now (adaptive: lower while answers slow down)",
+            "Calls the gateway makes to a backend at once now (adaptive: lower while its answers slow down), by backend",
             metrics.concurrency_limit.clone(),
         );
         registry.register(
             metric::registered(metric::GATEWAY_INVOICES),
-            "Invoice requests by outcome: complete, partial (a section missing), shed (503 when overloaded) or error",
+            "Invoice requests by outcome: complete, partial (a section missing), shed (503: too many invoices in flight, or every backend at its limit) or error",
             metrics.invoices.clone(),
         );
         registry.register(
@@ -122,9 +130,12 @@ impl GatewayMetrics {
             .inc();
     }
 
-    /// The `gateway_concurrency_limit` gauge, for the adaptive limit to keep current.
-    pub fn concurrency_limit_gauge(&self) -> Gauge {
-        self.concurrency_limit.clone()
+    /// `backend`'s `gateway_concurrency_limit` gauge, for its adaptive limit to keep
+    /// current.
+    pub fn concurrency_limit_gauge(&self, backend: &'static str) -> Gauge {
+        self.concurrency_limit
+            .get_or_create(&BackendLabels { backend })
+            .clone()
     }
 
     pub fn backend_call(&self, backend: &'static str, outcome: CallOutcome, seconds: f64) {

@@ -354,3 +354,67 @@ async fn a_backend_answer_beyond_the_cap_fails_its_section_only() {
     let detail = invoice["errors"][0]["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("larger than"), "{invoice}");
 }
+
+/// The finding: with utilization-service frozen, the gateway shed 30–90 % of invoices
+/// (its one limit fell when the timeouts came back, and shed invoices lost the healthy
+/// sections too). Now a hung backend costs its own section: no 503, every invoice
+/// answered with the other sections, its calls limited so the front door stays open.
+#[tokio::test]
+async fn a_hung_backend_costs_its_own_section_not_the_front_door() {
+    let fast = Backend::start(Duration::ZERO, every_section()).await;
+    let hung = Backend::start(Duration::from_secs(3600), every_section()).await;
+    let mut args = args(fast.url(), fast.url(), hung.url());
+    args.backend_timeout_ms = 1000;
+    args.max_concurrency = 128;
+    let app = gateway(&args);
+    // 100 invoices a second for 3 s, each waiting a second on the hung backend unless
+    // its limit refuses the call: without that, more in flight than the front door's 128.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let app = app.clone();
+        calls.spawn(async move { get(&app, INVOICE).await });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (mut shed, mut partial) = (0, 0);
+    while let Some(answer) = calls.join_next().await {
+        let (status, _, invoice, _) = answer.expect("task");
+        match status {
+            503 => shed += 1,
+            200 => {
+                assert_eq!(invoice["partial"], json!(true), "{invoice}");
+                assert_eq!(invoice["deliveries"]["count"], json!(1), "{invoice}");
+                assert_eq!(invoice["packages"]["count"], json!(1), "{invoice}");
+                assert!(invoice["utilization"].is_null(), "{invoice}");
+                partial += 1;
+            }
+            other => panic!("unexpected {other}: {invoice}"),
+        }
+    }
+    assert_eq!((shed, partial), (0, 300));
+    let limit = |backend: &'static str| {
+        let app = app.clone();
+        async move {
+            metric(
+                &app,
+                &format!(r#"gateway_concurrency_limit{{backend="{backend}"}}"#),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        limit("utilization").await,
+        64.0,
+        "the hung backend's limit fell"
+    );
+    assert_eq!(
+        limit("deliveries").await,
+        128.0,
+        "the healthy ones' did not"
+    );
+    let refused = metric(
+        &app,
+        r#"gateway_backend_call_duration_seconds_count{backend="utilization",outcome="refused"}"#,
+    )
+    .await;
+    assert!(refused > 0.0, "calls beyond the limit were not made");
+}

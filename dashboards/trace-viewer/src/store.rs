@@ -335,12 +335,18 @@ impl Interner {
     }
 }
 
+/// The most stored span bytes one search renders: with 10,000 traces of large spans a
+/// search otherwise held hundreds of MiB and the store's lock for seconds.
+pub const MAX_SEARCH_BYTES: usize = 32 << 20;
+
 /// Span count per (operation, kind) of one service.
 type OperationCounts = HashMap<(Arc<str>, SpanKind), usize>;
 
 #[derive(Debug, Default)]
 struct Inner {
-    traces: HashMap<TraceId, Trace>,
+    /// Shared, so a search renders its traces after letting go of the lock (a trace a
+    /// search still holds is copied before ingest changes it).
+    traces: HashMap<TraceId, Arc<Trace>>,
     /// Trace ids in first-seen order: the front is evicted first.
     order: VecDeque<TraceId>,
     /// Per service, span count per (operation, kind): keeps `/api/services` exact as
@@ -428,25 +434,40 @@ impl Store {
         }
     }
 
-    /// Runs `render` on each matching trace, newest first, up to `query.limit`.
+    /// Runs `render` on each matching trace, newest first, up to `query.limit` traces
+    /// and [`MAX_SEARCH_BYTES`] of stored spans (the newest that fit). The store's lock
+    /// is held only to pick the traces: rendering them, the costly part, leaves ingest
+    /// free.
     pub fn find<R>(&self, query: &TraceQuery, mut render: impl FnMut(&Trace) -> R) -> Vec<R> {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        let mut matches: Vec<&Trace> = inner
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| inner.traces.get(id))
-            .filter(|t| t.spans.iter().any(|s| query.matches(s)))
-            .take(query.limit)
-            .collect();
+        let mut matches: Vec<Arc<Trace>> = {
+            let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            let mut bytes = 0;
+            let mut picked = Vec::new();
+            let candidates = inner
+                .order
+                .iter()
+                .rev()
+                .filter_map(|id| inner.traces.get(id));
+            for trace in candidates.filter(|t| t.spans.iter().any(|s| query.matches(s))) {
+                bytes += trace.bytes;
+                if picked.len() >= query.limit || (bytes > MAX_SEARCH_BYTES && !picked.is_empty()) {
+                    break;
+                }
+                picked.push(trace.clone());
+            }
+            picked
+        };
         matches.sort_by_key(|t| std::cmp::Reverse(t.start_ns));
-        matches.into_iter().map(&mut render).collect()
+        matches.iter().map(|t| render(t)).collect()
     }
 
     /// Runs `render` on the trace with this id, if stored.
     pub fn get<R>(&self, id: &TraceId, render: impl FnOnce(&Trace) -> R) -> Option<R> {
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.traces.get(id).map(render)
+        let trace = {
+            let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            inner.traces.get(id).cloned()
+        };
+        trace.map(|t| render(&t))
     }
 
     /// Service names, sorted.
@@ -505,18 +526,18 @@ impl Inner {
         let key = (span.name.clone(), span.kind);
         let service = span.process.service.clone();
         let trace = match self.traces.entry(trace_id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Occupied(e) => Arc::make_mut(e.into_mut()),
             std::collections::hash_map::Entry::Vacant(e) => {
                 self.order.push_back(trace_id);
                 self.stats.traces += 1;
                 self.stats.bytes += std::mem::size_of::<Trace>();
-                e.insert(Trace {
+                Arc::make_mut(e.insert(Arc::new(Trace {
                     id: trace_id,
                     spans: Vec::new(),
                     start_ns: span.start_ns,
                     end_ns: span.end_ns,
                     bytes: std::mem::size_of::<Trace>(),
-                })
+                })))
             }
         };
         if trace.spans.len() >= MAX_SPANS_PER_TRACE {
@@ -612,5 +633,80 @@ mod tests {
         assert_eq!(parse_trace_id(&to_hex(&id)), Some(id));
         assert_eq!(parse_trace_id("xyz"), None);
         assert_eq!(parse_trace_id(&"f".repeat(33)), None);
+    }
+
+    /// `traces` traces of one span, each carrying `bytes` of attribute text.
+    fn batch(first: u64, traces: u64, bytes: usize) -> Batch {
+        let process = Arc::new(Process {
+            service: Arc::from("svc"),
+            tags: Vec::new(),
+        });
+        let spans = (first..first + traces)
+            .map(|i| {
+                let mut id = [0u8; 16];
+                id[..8].copy_from_slice(&i.to_be_bytes());
+                let span = StoredSpan {
+                    span_id: [1; 8],
+                    parent: None,
+                    name: Arc::from("op"),
+                    kind: SpanKind::Server,
+                    start_ns: i,
+                    end_ns: i + 1,
+                    attributes: vec![Attr {
+                        key: Arc::from("blob"),
+                        value: Value::Str(Arc::from("x".repeat(bytes))),
+                    }],
+                    events: Vec::new(),
+                    links: Vec::new(),
+                    status: StatusCode::Unset,
+                    status_message: None,
+                    scope: None,
+                    process: process.clone(),
+                };
+                (id, span)
+            })
+            .collect();
+        Batch { spans, rejected: 0 }
+    }
+
+    #[test]
+    fn a_search_is_bounded_and_renders_without_holding_ingest_back() {
+        let store = Arc::new(Store::new(Limits {
+            max_spans: 100_000,
+            max_bytes: 1 << 30,
+        }));
+        store.ingest(batch(0, 20_000, 4096));
+        let query = TraceQuery {
+            limit: 10_000,
+            ..TraceQuery::default()
+        };
+        // 10,000 traces of 4 KiB are 40 MiB: the newest that fit in the bound come back.
+        let rendered = store.find(&query, |t| t.bytes);
+        let total: usize = rendered.iter().sum();
+        assert!(total <= MAX_SEARCH_BYTES, "{total}");
+        assert!(
+            rendered.len() > 5_000 && rendered.len() < 10_000,
+            "{}",
+            rendered.len()
+        );
+        // While a slow render runs, ingest goes on.
+        let searching = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.find(&query, |_| {
+                    std::thread::sleep(std::time::Duration::from_micros(200))
+                })
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let started = std::time::Instant::now();
+        store.ingest(batch(1_000_000, 10, 16));
+        let waited = started.elapsed();
+        assert!(!searching.is_finished(), "the render still runs");
+        assert!(
+            waited < std::time::Duration::from_millis(50),
+            "ingest waited {waited:?}"
+        );
+        searching.join().expect("search");
     }
 }

@@ -1,5 +1,5 @@
-//! The OTLP/HTTP receiver over real HTTP: protobuf and JSON bodies, bad input, and the
-//! store's limits holding under a bounded flood.
+//! The OTLP receivers over real HTTP: protobuf and JSON bodies, gRPC framing, bad input,
+//! and the store's limits holding under a bounded flood.
 
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use trace_viewer::{Limits, Listeners, Store};
 struct Viewer {
     ui: String,
     http: String,
+    grpc: String,
     store: Arc<Store>,
     _task: tokio::task::JoinHandle<()>,
 }
@@ -29,6 +30,7 @@ async fn start(limits: Limits) -> Viewer {
     Viewer {
         ui: urls.ui,
         http: urls.otlp_http,
+        grpc: urls.otlp_grpc,
         store,
         _task: task,
     }
@@ -364,4 +366,100 @@ async fn gzip_bodies_are_inflated_within_the_request_limit() {
     let bomb = gzip(&vec![0u8; 17 << 20]);
     assert!(bomb.len() < 100 << 10);
     assert_eq!(send(bomb).await.status().as_u16(), 413);
+}
+
+/// One unary gRPC export over a fresh HTTP/2 connection: the body is `frame_header`
+/// followed by `message_bytes` bytes sent in chunks; answers the gRPC status and
+/// message, from the headers (trailers-only) or the trailers.
+async fn grpc_export(url: &str, frame_header: [u8; 5], message: Vec<u8>) -> (String, String) {
+    use futures::StreamExt as _;
+    use http_body_util::BodyExt as _;
+    let authority = url.trim_start_matches("http://").trim_end_matches('/');
+    let tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect");
+    let (mut send, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .expect("HTTP/2 handshake");
+    tokio::spawn(connection);
+    let chunks: Vec<Result<axum::body::Bytes, std::io::Error>> =
+        std::iter::once(Ok(axum::body::Bytes::copy_from_slice(&frame_header)))
+            .chain(
+                message
+                    .chunks(256 * 1024)
+                    .map(|c| Ok(axum::body::Bytes::copy_from_slice(c))),
+            )
+            .collect();
+    let request = hyper::Request::post(format!(
+        "http://{authority}/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(axum::body::Body::from_stream(
+        futures::stream::iter(chunks).boxed(),
+    ))
+    .expect("request");
+    let response = send
+        .send_request(request)
+        .await
+        .expect("an answer, not a reset");
+    assert_eq!(response.status(), 200, "gRPC answers in its own status");
+    let field = |headers: &hyper::HeaderMap, name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    if let Some(status) = field(response.headers(), "grpc-status") {
+        let message = field(response.headers(), "grpc-message").unwrap_or_default();
+        return (status, message);
+    }
+    let collected = response.into_body().collect().await.expect("body");
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    (
+        field(&trailers, "grpc-status").unwrap_or_default(),
+        field(&trailers, "grpc-message").unwrap_or_default(),
+    )
+}
+
+fn frame_header(flag: u8, length: usize) -> [u8; 5] {
+    let length = u32::try_from(length).expect("length").to_be_bytes();
+    [flag, length[0], length[1], length[2], length[3]]
+}
+
+#[tokio::test]
+async fn grpc_frames_are_checked_and_refused_with_a_grpc_status() {
+    let viewer = start(Limits {
+        max_spans: 1_000,
+        max_bytes: 1 << 20,
+    })
+    .await;
+    let message = request("grpc", 0, 2).encode_to_vec();
+    for flag in [2u8, 255] {
+        let (status, text) = grpc_export(
+            &viewer.grpc,
+            frame_header(flag, message.len()),
+            message.clone(),
+        )
+        .await;
+        assert_eq!(status, "3", "INVALID_ARGUMENT for flag {flag}: {text}");
+        assert!(text.contains(&format!("not {flag}")), "{text}");
+    }
+    assert_eq!(
+        viewer.store.stats().spans,
+        0,
+        "nothing stored from a bad frame"
+    );
+
+    // A message larger than the receiver takes: RESOURCE_EXHAUSTED, not a reset.
+    let oversize = trace_viewer::otlp::MAX_REQUEST_BYTES + 1024;
+    let (status, text) =
+        grpc_export(&viewer.grpc, frame_header(0, oversize), vec![0; oversize]).await;
+    assert_eq!(status, "8", "RESOURCE_EXHAUSTED: {text}");
+
+    let (status, text) = grpc_export(&viewer.grpc, frame_header(0, message.len()), message).await;
+    assert_eq!((status.as_str(), text.as_str()), ("0", ""));
+    assert_eq!(viewer.store.stats().spans, 10, "a good frame is stored");
 }

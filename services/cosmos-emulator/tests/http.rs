@@ -642,6 +642,18 @@ async fn a_cross_partition_sort_is_planned_and_each_partition_answers_the_rewrit
         (400, Some("1004")),
         "{body}"
     );
+    // As Cosmos DB does: the message SDKs look for, and the plan in the error.
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("Cross partition query only supports")),
+        "{body}"
+    );
+    let embedded: Value = body["additionalErrorInfo"]
+        .as_str()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .expect("the plan as JSON text in additionalErrorInfo");
+    assert_eq!(embedded["queryInfo"]["orderBy"], json!(["Descending"]));
 
     let plan_headers = [
         ("x-ms-cosmos-is-query-plan-request", "True"),
@@ -882,4 +894,282 @@ async fn a_continuation_token_resumes_only_its_own_query() {
             "{body}"
         );
     }
+}
+
+/// One short query cannot take the emulator's memory: a value it builds, what it holds
+/// to de-duplicate, and a page are each bounded, and the query past a bound is a 400
+/// that says so. (The DISTINCT array query below took 2.4 GB with K = 100 and aborted
+/// the process with K = 300 before the bounds.)
+#[tokio::test]
+async fn a_query_that_would_hold_too_much_is_refused_and_pages_are_bounded() {
+    // 12 MB of writes: more than a 400 RU/s container takes without throttling.
+    let mut unthrottled = config(1);
+    unthrottled.throttling = false;
+    let emulator = Emulator::start(unthrottled).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    let docs = ("docs", "dbs/db/colls/c");
+    let big = "x".repeat(40_000);
+    for i in 0..300 {
+        let body = serde_json::to_vec(
+            &json!({"id": format!("d{i}"), "pk": "p", "s": format!("{i}{big}")}),
+        )
+        .expect("json");
+        let (status, _) = json_of(
+            raw.send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &[("x-ms-documentdb-partitionkey", "[\"p\"]")],
+                Some(body),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    let query = |text: String, max_items: &'static str, continuation: Option<String>| {
+        let body = serde_json::to_vec(&json!({"query": text, "parameters": []})).expect("json");
+        let raw = &raw;
+        async move {
+            let mut headers = vec![
+                ("x-ms-documentdb-isquery", "True".to_owned()),
+                ("content-type", "application/query+json".to_owned()),
+                ("x-ms-max-item-count", max_items.to_owned()),
+                ("x-ms-documentdb-partitionkey", "[\"p\"]".to_owned()),
+            ];
+            headers.extend(continuation.map(|t| ("x-ms-continuation", t)));
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            raw.send(
+                reqwest::Method::POST,
+                "/dbs/db/colls/c/docs",
+                docs,
+                &headers,
+                Some(body),
+            )
+            .await
+        }
+    };
+    let array = |k: usize| {
+        format!(
+            "SELECT DISTINCT VALUE [{}] FROM c",
+            vec!["c.s"; k].join(", ")
+        )
+    };
+    let (status, body) = json_of(query(array(300), "1000", None).await).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains("MiB")),
+        "{body}"
+    );
+    let (status, body) = json_of(query(array(100), "1000", None).await).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("64 MiB")),
+        "{body}"
+    );
+    // 12 MB of documents come back in pages of at most about 4 MB.
+    let (mut rows, mut pages, mut token) = (0, 0, None);
+    loop {
+        let response = query("SELECT * FROM c".to_owned(), "1000", token).await;
+        token = response
+            .headers()
+            .get("x-ms-continuation")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = response.bytes().await.expect("page");
+        assert!(bytes.len() < 5 << 20, "a page of {} bytes", bytes.len());
+        let page: Value = serde_json::from_slice(&bytes).expect("json page");
+        rows += page["Documents"].as_array().map_or(0, Vec::len);
+        pages += 1;
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(rows, 300);
+    assert!(pages >= 3, "{pages} pages");
+    // And the emulator still answers.
+    let (status, _) =
+        json_of(query("SELECT VALUE COUNT(1) FROM c".to_owned(), "10", None).await).await;
+    assert_eq!(status, 200);
+}
+
+/// The change feed in latest-version mode, as the SDKs read it: per partition key range,
+/// each document once in its latest version, the etag as the next page's
+/// `If-None-Match`, `304` when nothing is new; what it does not serve is refused.
+#[tokio::test]
+async fn the_change_feed_gives_each_change_once_and_304_when_nothing_is_new() {
+    let emulator = Emulator::start(config(2)).await;
+    let raw = Raw::new(&emulator, false);
+    setup(&raw).await;
+    let docs = ("docs", "dbs/db/colls/c");
+    let write = |id: &'static str, pk: &'static str, n: i64| {
+        let raw = &raw;
+        async move {
+            let body = serde_json::to_vec(&json!({"id": id, "pk": pk, "n": n})).expect("json");
+            let header = format!("[\"{pk}\"]");
+            let response = raw
+                .send(
+                    reqwest::Method::POST,
+                    "/dbs/db/colls/c/docs",
+                    docs,
+                    &[
+                        ("x-ms-documentdb-partitionkey", header.as_str()),
+                        ("x-ms-documentdb-is-upsert", "True"),
+                    ],
+                    Some(body),
+                )
+                .await;
+            assert!(response.status().is_success(), "{}", response.status());
+        }
+    };
+    let read = |range: &'static str, start: Option<String>, mode: &'static str| {
+        let raw = &raw;
+        async move {
+            let mut headers = vec![
+                ("a-im", mode.to_owned()),
+                ("x-ms-documentdb-partitionkeyrangeid", range.to_owned()),
+                ("x-ms-max-item-count", "2".to_owned()),
+            ];
+            headers.extend(start.map(|etag| ("if-none-match", etag)));
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let response = raw
+                .send(
+                    reqwest::Method::GET,
+                    "/dbs/db/colls/c/docs",
+                    docs,
+                    &headers,
+                    None,
+                )
+                .await;
+            let etag = response
+                .headers()
+                .get("etag")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (status, etag, body)
+        }
+    };
+    // Every document of both ranges once, a page of two at a time, then 304.
+    let ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    for (i, id) in ids.iter().enumerate() {
+        write(id, ["p1", "p2", "p3", "p4"][i % 4], i as i64).await;
+    }
+    let mut continuations = Vec::new();
+    let mut seen = Vec::new();
+    for range in ["0", "1"] {
+        let mut etag = None;
+        loop {
+            let (status, next, body) = read(range, etag.clone(), "Incremental Feed").await;
+            etag = next;
+            if status == 304 {
+                break;
+            }
+            assert_eq!(status, 200, "{body}");
+            let page = body["Documents"].as_array().cloned().unwrap_or_default();
+            assert!((1..=2).contains(&page.len()), "{body}");
+            seen.extend(
+                page.iter()
+                    .filter_map(|d| d["id"].as_str().map(str::to_owned)),
+            );
+        }
+        continuations.push(etag.expect("a 304 carries the etag to go on from"));
+    }
+    seen.sort();
+    assert_eq!(seen, ids, "each document once");
+
+    // Changes after that: an update shows once, in its latest version.
+    write("a", "p1", 100).await;
+    write("a", "p1", 101).await;
+    let mut changed = Vec::new();
+    for (range, etag) in ["0", "1"].into_iter().zip(&continuations) {
+        let (status, _, body) = read(range, Some(etag.clone()), "Incremental Feed").await;
+        if status == 200 {
+            changed.extend(body["Documents"].as_array().cloned().unwrap_or_default());
+        } else {
+            assert_eq!(status, 304, "{body}");
+        }
+    }
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(
+        (&changed[0]["id"], &changed[0]["n"]),
+        (&json!("a"), &json!(101))
+    );
+
+    // From now: nothing, whatever was written before.
+    let (status, etag, _) = read("0", Some("*".into()), "Incremental Feed").await;
+    assert_eq!(status, 304);
+    assert!(etag.is_some());
+
+    // What it does not serve is refused, never answered as a plain read.
+    let (status, _, body) = read("0", None, "Full-Fidelity Feed").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = read("0", Some("\"not-an-lsn\"".into()), "Incremental Feed").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("if-none-match")),
+        "{body}"
+    );
+    let response = raw
+        .send(
+            reqwest::Method::GET,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &[("a-im", "Incremental Feed")],
+            None,
+        )
+        .await;
+    let (status, body) = json_of(response).await;
+    assert_eq!(status, 400, "the whole container is two ranges: {body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("one partition key range")),
+        "{body}"
+    );
+
+    // A batch is refused and applies nothing.
+    let batch = serde_json::to_vec(&json!([
+        {"operationType": "Create", "resourceBody": {"id": "batch", "pk": "p1"}}
+    ]))
+    .expect("json");
+    let response = raw
+        .send(
+            reqwest::Method::POST,
+            "/dbs/db/colls/c/docs",
+            docs,
+            &[
+                ("x-ms-cosmos-is-batch-request", "True"),
+                ("x-ms-cosmos-batch-atomic", "True"),
+                ("x-ms-documentdb-partitionkey", "[\"p1\"]"),
+            ],
+            Some(batch),
+        )
+        .await;
+    let (status, body) = json_of(response).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("batch")),
+        "{body}"
+    );
+    let response = raw
+        .send(
+            reqwest::Method::GET,
+            "/dbs/db/colls/c/docs/batch",
+            ("docs", "dbs/db/colls/c/docs/batch"),
+            &[("x-ms-documentdb-partitionkey", "[\"p1\"]")],
+            None,
+        )
+        .await;
+    assert_eq!(response.status().as_u16(), 404);
 }

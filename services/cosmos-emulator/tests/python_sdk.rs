@@ -1,4 +1,4 @@
-//! A second official SDK against the emulator: Microsoft's Python SDK (`azure-cosmos`
+//! Another official SDK against the emulator: Microsoft's Python SDK (`azure-cosmos`
 //! from PyPI, pinned) runs `tests/python/conformance.py` against an emulator on
 //! `127.0.0.1:0` with three physical partitions per container. The script computes
 //! every expected answer from the documents it writes; cross-partition aggregates,
@@ -12,11 +12,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::Command;
 
+use common::tool::run;
 use common::{config, Emulator};
 
 /// The SDK release the test pins (the one whose pipeline the emulator was checked with).
@@ -27,32 +27,6 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn venv_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-sdk-venv")
-}
-
-/// Runs `command` to the end within `limit`, returning whether it succeeded and what
-/// it printed.
-async fn run(command: &mut Command, limit: Duration) -> Result<String, String> {
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-    let output = tokio::time::timeout(limit, child.wait_with_output())
-        .await
-        .map_err(|_| format!("{command:?} did not finish within {limit:?}"))?
-        .map_err(|e| format!("{command:?}: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if output.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("{command:?} failed ({}):\n{text}", output.status))
-    }
 }
 
 /// The venv's interpreter with the pinned SDK installed, installing it when needed.

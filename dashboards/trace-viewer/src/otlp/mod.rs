@@ -124,7 +124,7 @@ impl Receiver {
 
 /// Why a request was not stored, as an HTTP status and a message.
 #[derive(Debug)]
-struct Refusal {
+pub struct Refusal {
     status: StatusCode,
     message: String,
 }
@@ -149,18 +149,35 @@ impl Refusal {
     }
 }
 
-/// The message of a unary gRPC request (one frame: a compression flag, a length, the
-/// message), and whether it is compressed.
-fn grpc_message(body: &Bytes) -> Result<(bool, Bytes), Refusal> {
-    let invalid = |m: &str| Refusal::new(StatusCode::BAD_REQUEST, m);
+/// The message of a unary gRPC request (one frame: a compression flag of 0 or 1, a
+/// length, the message), and whether it is compressed.
+pub fn grpc_message(body: &Bytes) -> Result<(bool, Bytes), Refusal> {
+    let invalid = |m: String| Refusal::new(StatusCode::BAD_REQUEST, m);
     if body.len() < 5 {
-        return Err(invalid("a gRPC request starts with a 5-byte frame header"));
+        return Err(invalid(
+            "a gRPC request starts with a 5-byte frame header".into(),
+        ));
     }
+    let compressed = match body[0] {
+        0 => false,
+        1 => true,
+        flag => {
+            return Err(invalid(format!(
+                "a gRPC frame's compressed flag is 0 or 1, not {flag}"
+            )))
+        }
+    };
     let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-    if body.len() != 5 + length {
-        return Err(invalid("a unary gRPC request is exactly one frame"));
+    if length > MAX_REQUEST_BYTES {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the message is {length} bytes, more than {MAX_REQUEST_BYTES}"),
+        ));
     }
-    Ok((body[0] == 1, body.slice(5..)))
+    if body.len() != 5 + length {
+        return Err(invalid("a unary gRPC request is exactly one frame".into()));
+    }
+    Ok((compressed, body.slice(5..)))
 }
 
 /// Gunzips `compressed`, refusing more than [`MAX_REQUEST_BYTES`] of output.

@@ -34,7 +34,15 @@ pub async fn handle(
             let query = request.query_spec()?;
             run_query(state, request, &container, query).await
         }
+        (&Method::POST, None) if request.header(headers::IS_BATCH_REQUEST).is_some() => {
+            Err(ApiError::BadRequest(
+                "transactional batch and bulk requests are not supported by this emulator; send the operations one by one".into(),
+            ))
+        }
         (&Method::POST, None) => write(state, request, &container, None).await,
+        (&Method::GET, None) if request.header(headers::A_IM).is_some() => {
+            change_feed(state, request, &container).await
+        }
         (&Method::GET, None) => {
             let spec = QuerySpec {
                 query: "SELECT * FROM c".into(),
@@ -226,9 +234,8 @@ async fn write(
         } else {
             StatusCode::CREATED
         };
-        let (response_body, etag) = (doc.body.clone(), doc.etag().to_owned());
-        store.put_document(container, &mut data, doc)?;
-        partition.next_lsn();
+        let etag = doc.etag().to_owned();
+        let response_body = store.put_document(container, partition, &mut data, doc)?;
         Ok((
             document_response(status, response_body, etag, partition),
             vec![Some(ru)],
@@ -303,6 +310,93 @@ async fn delete(
         Ok((
             response,
             vec![Some(charge::write(doc.size, doc.indexed_properties()))],
+        ))
+    })
+    .await
+}
+
+/// The change feed of one partition key range (latest-version mode), as the SDKs read
+/// it: `A-IM: Incremental Feed` on a document feed, the range by key or range id (and
+/// EPK bounds), where to start in `If-None-Match` (the previous page's etag, `*` for
+/// "from now", none for "from the beginning") or `If-Modified-Since`. The answer's etag
+/// is the next page's `If-None-Match`; 304 says nothing is new.
+async fn change_feed(
+    state: &AppState,
+    request: &CosmosRequest,
+    container: &Container,
+) -> ApiResult<CosmosResponse> {
+    let mode = request.header(headers::A_IM).unwrap_or_default();
+    if !mode.eq_ignore_ascii_case("Incremental Feed") {
+        return Err(ApiError::BadRequest(format!(
+            "{}: {mode:?} is not supported by this emulator; only the latest-version change feed (\"Incremental Feed\") is",
+            headers::A_IM
+        )));
+    }
+    let (partitions, scope) = query_target(request, container)?;
+    let [partition] = partitions[..] else {
+        return Err(ApiError::BadRequest(format!(
+            "the change feed is read one partition key range at a time: send {} (this request covers {} ranges)",
+            headers::PARTITION_KEY_RANGE_ID,
+            partitions.len()
+        )));
+    };
+    let modified_since = match request.header(headers::IF_MODIFIED_SINCE) {
+        None => None,
+        Some(date) => Some(
+            httpdate::parse_http_date(date)
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "{}: {date:?} is not an HTTP date",
+                        headers::IF_MODIFIED_SINCE
+                    ))
+                })?,
+        ),
+    };
+    let start = request.header(headers::IF_NONE_MATCH);
+    let max_items = page_size(request)?;
+    execute(state, &[partition], || {
+        let data = partition.read();
+        let after = match start {
+            None => 0,
+            Some("*") => partition.lsn(),
+            Some(etag) => etag.trim_matches('"').parse::<u64>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "{}: {etag:?} is not a change feed etag from this emulator",
+                    headers::IF_NONE_MATCH
+                ))
+            })?,
+        };
+        let page = data.changes(after, modified_since, &scope, max_items);
+        let next = match (page.more, page.last_lsn) {
+            (true, Some(last)) => last,
+            _ => after.max(partition.lsn()),
+        };
+        let ru = page.charge();
+        let etag = format!("\"{next}\"");
+        let response = if page.documents.is_empty() {
+            CosmosResponse {
+                status: StatusCode::NOT_MODIFIED,
+                body: None,
+                charge: 0.0,
+                headers: vec![(headers::ETAG, etag)],
+            }
+        } else {
+            let count = page.documents.len();
+            CosmosResponse::ok(
+                json!({"_rid": container.rid, "Documents": page.documents, "_count": count}),
+                0.0,
+            )
+            .header(headers::ITEM_COUNT, count.to_string())
+            .header(headers::ETAG, etag)
+        };
+        Ok((
+            response
+                .header(headers::SESSION_TOKEN, session_token(partition))
+                .header(headers::LSN, partition.lsn().to_string()),
+            vec![Some(ru)],
         ))
     })
     .await
@@ -450,11 +544,14 @@ async fn run_query(
 ) -> ApiResult<CosmosResponse> {
     let (partitions, scope) = query_target(request, container)?;
     if partitions.len() > 1 && !query.query.is_streaming() {
-        return Err(ApiError::QueryNeedsPlan(format!(
-            "the query spans {} partitions and needs the SDK's query pipeline ({}): ask for the query plan and run its rewritten query per partition, or pass the partition key",
-            partitions.len(),
-            plan::required_features(&query.query).join(", ")
-        )));
+        return Err(ApiError::QueryNeedsPlan {
+            message: format!(
+                "Cross partition query only supports this query through the SDK's query pipeline: it spans {} partitions and needs {}; ask for the query plan and run its rewritten query per partition, or pass the partition key",
+                partitions.len(),
+                plan::required_features(&query.query).join(", ")
+            ),
+            plan: plan_document(request, container, &query).ok().map(|p| p.to_string()),
+        });
     }
     let page_size = page_size(request)?;
     let binding = query_binding(container, &partitions, &scope, &query);
@@ -524,24 +621,35 @@ async fn run_query(
 /// partition key).
 fn query_plan(request: &CosmosRequest, container: &Container) -> ApiResult<CosmosResponse> {
     let query = request.query_spec()?;
+    Ok(CosmosResponse::ok(
+        plan_document(request, container, &query)?,
+        0.0,
+    ))
+}
+
+/// The plan of `query` for the client that sent `request` (its declared features).
+fn plan_document(
+    request: &CosmosRequest,
+    container: &Container,
+    query: &PreparedQuery,
+) -> ApiResult<Value> {
     let query_info = plan::query_info(
         &query.query,
         request.header(headers::SUPPORTED_QUERY_FEATURES),
     )
     .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let range = match pinned_key(&query, container) {
+    let range = match pinned_key(query, container) {
         Some(key) => {
             let epk = key.epk.to_hex();
             json!({"min": epk, "max": epk, "isMinInclusive": true, "isMaxInclusive": true})
         }
         None => json!({"min": "", "max": "FF", "isMinInclusive": true, "isMaxInclusive": false}),
     };
-    let plan = json!({
+    Ok(json!({
         "partitionedQueryExecutionInfoVersion": 2,
         "queryInfo": query_info,
         "queryRanges": [range]
-    });
-    Ok(CosmosResponse::ok(plan, 0.0))
+    }))
 }
 
 /// The logical key when the query's `WHERE` fixes every partition key path by equality.

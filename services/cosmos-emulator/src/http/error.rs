@@ -21,10 +21,15 @@ pub enum ApiError {
     #[error("{0}")]
     OwnerNotFound(String),
     /// A query that spans partitions and needs the SDK's pipeline (a sort, aggregate,
-    /// DISTINCT, OFFSET/LIMIT): 400 with sub-status 1004, which tells the SDK to ask
-    /// for the query plan and run the rewritten query per partition.
-    #[error("{0}")]
-    QueryNeedsPlan(String),
+    /// DISTINCT, OFFSET/LIMIT): 400 with sub-status 1004 and, as Cosmos DB does, the
+    /// query plan as JSON text in the body's `additionalErrorInfo` (some SDKs switch to
+    /// their pipeline only when it is there); the SDK then runs the rewritten query per
+    /// partition.
+    #[error("{message}")]
+    QueryNeedsPlan {
+        message: String,
+        plan: Option<String>,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -45,7 +50,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -59,7 +64,7 @@ impl ApiError {
 
     fn code(&self) -> &'static str {
         match self {
-            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan(_) => "BadRequest",
+            ApiError::BadRequest(_) | ApiError::QueryNeedsPlan { .. } => "BadRequest",
             ApiError::Unauthorized(_) => "Unauthorized",
             ApiError::NotFound(_) | ApiError::OwnerNotFound(_) => "NotFound",
             ApiError::Conflict(_) => "Conflict",
@@ -103,14 +108,23 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
-        let body = serde_json::json!({ "code": self.code(), "message": self.to_string() });
+        let mut body = serde_json::json!({ "code": self.code(), "message": self.to_string() });
+        if let (
+            ApiError::QueryNeedsPlan {
+                plan: Some(plan), ..
+            },
+            Some(map),
+        ) = (&self, body.as_object_mut())
+        {
+            map.insert("additionalErrorInfo".into(), plan.clone().into());
+        }
         let mut response = (self.status(), axum::Json(body)).into_response();
         let h = response.headers_mut();
         h.insert(headers::REQUEST_CHARGE, HeaderValue::from_static("0"));
         if let ApiError::OwnerNotFound(_) = &self {
             h.insert(headers::SUBSTATUS, HeaderValue::from_static("1003"));
         }
-        if let ApiError::QueryNeedsPlan(_) = &self {
+        if let ApiError::QueryNeedsPlan { .. } = &self {
             h.insert(headers::SUBSTATUS, HeaderValue::from_static("1004"));
         }
         if let ApiError::TooManyRequests { retry_after } = &self {

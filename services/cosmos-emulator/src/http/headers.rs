@@ -24,3 +24,8 @@ pub const LSN: &str = "lsn";
 pub const ETAG: &str = "etag";
 pub const IF_MATCH: &str = "if-match";
 pub const IF_NONE_MATCH: &str = "if-none-match";
+/// `Incremental Feed` asks a document feed for the change feed (latest-version mode).
+pub const A_IM: &str = "a-im";
+pub const IF_MODIFIED_SINCE: &str = "if-modified-since";
+/// Marks a transactional batch or a bulk request (not served by this emulator).
+pub const IS_BATCH_REQUEST: &str = "x-ms-cosmos-is-batch-request";

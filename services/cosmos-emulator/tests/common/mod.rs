@@ -1,6 +1,8 @@
 //! Test helpers: start the emulator on `127.0.0.1:0` and build real SDK clients for it.
 #![allow(dead_code)]
 
+pub mod tool;
+
 use std::net::SocketAddr;
 
 use azure_core::credentials::Secret;

@@ -9,10 +9,15 @@
 //!   have room). One more is closed as it arrives.
 //! - **Time to send a request's headers**: [`ConnectionLimits::header_read_timeout`],
 //!   counted from when the connection starts waiting for a request. A slow sender
-//!   (slowloris) and an idle keep-alive connection are both closed after it. A
-//!   connection must send its first byte within the same time, which covers HTTP/2's
-//!   preface; an HTTP/2 connection is then pinged at that interval and closed if it
-//!   stops answering.
+//!   (slowloris) is closed after it. A connection must send its first byte within the
+//!   same time, which covers HTTP/2's preface; an HTTP/2 connection is then pinged at
+//!   that interval and closed if it stops answering.
+//! - **Idle connections**: a connection, HTTP/1.1 or HTTP/2, with no request in flight
+//!   for that same time is closed gracefully (HTTP/2: GOAWAY): answering pings does not
+//!   keep a connection open.
+//! - **HTTP/2 flow control**: small windows, few streams and small header lists and send
+//!   buffers per connection, so the bytes a peer can make the server buffer stay near
+//!   the servers' body budgets ([`BodyBudget`]) rather than grow with each connection.
 //!
 //! Hitting a limit is logged as a warning, at most one line per limit every 10 s with
 //! how many times it was hit since the last line.
@@ -27,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -37,6 +41,8 @@ use tokio::sync::Semaphore;
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// The time to send a request's headers, and the longest a connection may stay open
+    /// with no request in flight (HTTP/1.1 and HTTP/2 alike).
     pub header_read_timeout: Duration,
 }
 
@@ -58,6 +64,39 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// An HTTP/2 connection that does not answer a ping within this is closed.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 flow control, sized so what a connection can make the server hold stays small
+/// beside the servers' body budgets: a stream may send 64 KiB ahead of what the server
+/// has read, a connection 256 KiB, over at most 32 streams at once; header lists are
+/// 64 KiB at most, and at most 64 KiB of an answer waits for a slow reader per stream.
+const H2_STREAM_WINDOW: u32 = 64 * 1024;
+const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+const H2_MAX_STREAMS: u32 = 32;
+const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
+const H2_MAX_SEND_BUFFER: usize = 64 * 1024;
+/// HTTP/1.1: the most of a request head (and of unread body) buffered per connection.
+const H1_MAX_BUFFER: usize = 64 * 1024;
+
+/// How every connection is served: the limits above, for both protocols.
+fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(H1_MAX_BUFFER);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_read_timeout)
+        .keep_alive_timeout(PING_TIMEOUT)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .adaptive_window(false)
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .max_send_buf_size(H2_MAX_SEND_BUFFER);
+    builder
+}
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes, then stops
 /// accepting and lets requests in flight finish (for at most 30 s). `name` names the
@@ -72,17 +111,8 @@ pub async fn serve(
     let max_connections = within_open_file_limit(name, limits.max_connections).await;
     let admission = Arc::new(Semaphore::new(max_connections));
     let reports = Arc::new(LimitReports::new(name));
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(limits.header_read_timeout)
-        .keep_alive_timeout(PING_TIMEOUT);
-    let graceful = GracefulShutdown::new();
+    let builder = connection_builder(&limits);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -105,25 +135,28 @@ pub async fn serve(
         // Answers are small and written at once: don't let Nagle's algorithm hold them.
         let _ = stream.set_nodelay(true);
         let io = TokioIo::new(FirstByteDeadline::new(stream, limits.header_read_timeout));
-        let connection = builder
-            .serve_connection(io, TowerToHyperService::new(app.clone()))
-            .into_owned();
-        let connection = graceful.watch(connection);
-        let reports = reports.clone();
+        let activity = Arc::new(Activity::new());
+        let service = TowerToHyperService::new(Tracked {
+            inner: app.clone(),
+            activity: activity.clone(),
+        });
+        let connection = builder.serve_connection(io, service).into_owned();
+        let watch = ConnectionWatch {
+            activity,
+            idle_limit: limits.header_read_timeout,
+            stopping: stopping.clone(),
+            reports: reports.clone(),
+        };
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                if is_timeout(e.as_ref()) {
-                    reports.timed_out.hit(&format_args!(
-                        "no complete request head within {:?}",
-                        limits.header_read_timeout
-                    ));
-                }
-            }
+            watch.drive(connection).await;
             drop(permit);
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown())
+    let _ = stop.send(true);
+    // Every connection gives its slot back when it has finished.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_LIMIT, admission.acquire_many(all))
         .await
         .is_err()
     {
@@ -133,6 +166,117 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// What a connection is doing: requests in flight, and when the last one ended.
+#[derive(Debug)]
+struct Activity {
+    in_flight: std::sync::atomic::AtomicUsize,
+    last_end: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            last_end: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// When the connection will have been idle for `limit` (later if a request runs).
+    fn idle_at(&self, limit: Duration) -> Instant {
+        let last = *self.last_end.lock().unwrap_or_else(|e| e.into_inner());
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            Instant::now() + limit
+        } else {
+            last + limit
+        }
+    }
+}
+
+/// The application, counting each request of one connection while it is served.
+#[derive(Clone)]
+struct Tracked {
+    inner: axum::Router,
+    activity: Arc<Activity>,
+}
+
+impl tower::Service<axum::extract::Request<hyper::body::Incoming>> for Tracked {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::<axum::extract::Request<hyper::body::Incoming>>::poll_ready(
+            &mut self.inner,
+            cx,
+        )
+    }
+
+    fn call(&mut self, request: axum::extract::Request<hyper::body::Incoming>) -> Self::Future {
+        self.activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        let answer = self.inner.call(request);
+        let activity = self.activity.clone();
+        Box::pin(async move {
+            let response = answer.await;
+            *activity.last_end.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+            response
+        })
+    }
+}
+
+/// One connection as [`serve`] serves it.
+type Served = auto::Connection<
+    'static,
+    TokioIo<FirstByteDeadline>,
+    TowerToHyperService<Tracked>,
+    TokioExecutor,
+>;
+
+/// Drives one connection to its end, closing it gracefully (HTTP/2: GOAWAY) when it has
+/// had no request for the idle limit, or when the server stops.
+struct ConnectionWatch {
+    activity: Arc<Activity>,
+    idle_limit: Duration,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    reports: Arc<LimitReports>,
+}
+
+impl ConnectionWatch {
+    async fn drive(mut self, connection: Served) {
+        let mut connection = std::pin::pin!(connection);
+        let mut closing = false;
+        loop {
+            let idle_at = tokio::time::Instant::from_std(self.activity.idle_at(self.idle_limit));
+            tokio::select! {
+                ended = connection.as_mut() => {
+                    if let Err(e) = ended {
+                        if is_timeout(e.as_ref()) {
+                            self.reports.timed_out.hit(&format_args!(
+                                "no complete request head within {:?}",
+                                self.idle_limit
+                            ));
+                        }
+                    }
+                    return;
+                }
+                () = tokio::time::sleep_until(idle_at), if !closing => {
+                    if tokio::time::Instant::now() >= tokio::time::Instant::from_std(self.activity.idle_at(self.idle_limit)) {
+                        self.reports.timed_out.hit(&format_args!(
+                            "no request for {:?}", self.idle_limit
+                        ));
+                        connection.as_mut().graceful_shutdown();
+                        closing = true;
+                    }
+                }
+                _ = self.stopping.changed(), if !closing => {
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
 }
 
 fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
@@ -302,10 +446,16 @@ impl AsyncWrite for FirstByteDeadline {
     }
 }
 
+/// How much a body's reservation in a [`BodyBudget`] grows at a time once it has its
+/// first bytes.
+pub const RESERVE_STEP: usize = 16 * 1024;
+
 /// The request bodies a server holds at once: at most `total_bytes` over all requests,
-/// each at most `max_body_bytes`, each arriving whole within `read_timeout`. A body is
-/// read only once its bytes are reserved, so a crowd of unfinished bodies cannot grow
-/// the process: the ones beyond the budget wait (and give up after `read_timeout`).
+/// each at most `max_body_bytes`, each arriving whole within `read_timeout`. A body's
+/// bytes are reserved as they arrive and held until it is dropped, so a crowd of
+/// unfinished bodies cannot grow the process, and a stalled one holds only what it sent
+/// (at least 1 KiB): filling a 64 MiB budget with stalled bodies would take 65,536 of
+/// them, more than [`serve`] lets in at once (1024 connections × 32 streams).
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     in_flight_kib: Arc<Semaphore>,
@@ -356,15 +506,19 @@ impl BodyBudget {
         }
     }
 
-    /// Reads `body` whole. Its `Content-Length` (from `headers`), or the size the
-    /// protocol announces, is reserved first, or the largest allowed body when neither
-    /// says; a request without a body reserves nothing.
+    /// Reads `body` whole, reserving its bytes as they arrive (what it first sent, then
+    /// in steps of [`RESERVE_STEP`]): a body that stalls holds only what it has sent, so a slow sender
+    /// can block nobody but itself. A body's first bytes wait for room in the budget (up
+    /// to the read timeout); a body that already holds bytes and finds no room for more
+    /// is turned away at once ([`BodyError::Busy`]) rather than wait while holding them,
+    /// so bodies never wait for each other. A body declared larger than the limit is
+    /// refused before a byte is read; a request without a body reserves nothing.
     pub async fn read(
         &self,
         headers: &axum::http::HeaderMap,
         body: axum::body::Body,
     ) -> Result<BudgetedBody, BodyError> {
-        use axum::body::HttpBody as _;
+        use http_body_util::BodyExt as _;
         let declared = headers
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
@@ -373,43 +527,59 @@ impl BodyBudget {
         if declared.is_some_and(|n| n > limit) {
             return Err(BodyError::TooLarge { limit });
         }
-        // HTTP/1.1 without a length, or HTTP/2 whose headers end the stream: no body.
-        let hint = body.size_hint();
-        let expected = declared
-            .or_else(|| hint.exact().and_then(|n| usize::try_from(n).ok()))
-            .or_else(|| hint.upper().and_then(|n| usize::try_from(n).ok()))
-            .unwrap_or(limit)
-            .min(limit);
         let within = self.read_timeout;
         let deadline = tokio::time::Instant::now() + within;
-        let reserved = if expected == 0 {
-            None
-        } else {
-            let kib = u32::try_from(expected.div_ceil(1024)).unwrap_or(u32::MAX);
-            let permit = tokio::time::timeout_at(
-                deadline,
-                self.in_flight_kib.clone().acquire_many_owned(kib),
-            )
-            .await
-            .map_err(|_| BodyError::Busy)?
-            .map_err(|_| BodyError::Busy)?;
-            Some(permit)
-        };
-        // No more is read than was reserved.
-        let bytes = tokio::time::timeout_at(deadline, axum::body::to_bytes(body, expected))
-            .await
-            .map_err(|_| BodyError::TooSlow { within })?
-            .map_err(|e| {
-                if std::error::Error::source(&e)
-                    .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-                {
-                    BodyError::TooLarge { limit }
-                } else {
-                    BodyError::Failed(e.to_string())
+        let mut body = body;
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(RESERVE_STEP));
+        let mut reserved: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        let mut reserved_bytes = 0;
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return Err(BodyError::TooSlow { within }),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(BodyError::Failed(e.to_string())),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let total = bytes.len() + data.len();
+            if total > limit {
+                return Err(BodyError::TooLarge { limit });
+            }
+            if total > reserved_bytes {
+                // A body's first reservation is what it sent (whole KiB); growth comes in
+                // steps, to keep the semaphore out of the way of a fast body.
+                let wanted = match reserved {
+                    None => total,
+                    Some(_) => total.next_multiple_of(RESERVE_STEP).min(limit.max(total)),
+                };
+                let kib =
+                    u32::try_from((wanted - reserved_bytes).div_ceil(1024)).unwrap_or(u32::MAX);
+                let more = match &reserved {
+                    None => tokio::time::timeout_at(
+                        deadline,
+                        self.in_flight_kib.clone().acquire_many_owned(kib),
+                    )
+                    .await
+                    .map_err(|_| BodyError::Busy)?
+                    .map_err(|_| BodyError::Busy)?,
+                    Some(_) => self
+                        .in_flight_kib
+                        .clone()
+                        .try_acquire_many_owned(kib)
+                        .map_err(|_| BodyError::Busy)?,
+                };
+                match &mut reserved {
+                    Some(held) => held.merge(more),
+                    None => reserved = Some(more),
                 }
-            })?;
+                reserved_bytes += kib as usize * 1024;
+            }
+            bytes.extend_from_slice(&data);
+        }
         Ok(BudgetedBody {
-            bytes,
+            bytes: axum::body::Bytes::from(bytes),
             _reserved: reserved,
         })
     }

@@ -35,6 +35,14 @@ impl std::io::Write for Logs {
 
 /// Serves a one-route app within [`LIMITS`] on its own runtime thread.
 fn start(logs: Logs) -> SocketAddr {
+    start_app(
+        logs,
+        axum::Router::new().route("/", axum::routing::get(|| async { "hello" })),
+    )
+}
+
+/// Serves `app` within [`LIMITS`] on its own runtime thread, logging into `logs`.
+fn start_app(logs: Logs, app: axum::Router) -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -50,7 +58,6 @@ fn start(logs: Logs) -> SocketAddr {
             .expect("runtime");
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
             let _ = serve("test-server", listener, app, LIMITS, std::future::pending()).await;
         });
     });
@@ -195,26 +202,29 @@ mod body_budget {
             "{too_large:?}"
         );
 
-        // Two stalled 32 KiB bodies hold the whole 64 KiB budget: a third body waits
-        // for their bytes, which they give back when they time out.
+        // Bodies that stall hold only what they sent: a crowd of them leaves room, and
+        // another body is read while they still wait.
         drop(read);
+        let patience = Duration::from_secs(5);
+        let patient = BodyBudget::new(64 * 1024, 32 * 1024, patience);
         let started = std::time::Instant::now();
         let half = declaring(32 * 1024);
-        let first = budget.read(&half, stalled(b"a"));
-        let second = budget.read(&half, stalled(b"b"));
-        let third = async {
+        let stalled_bodies: Vec<_> = (0..16)
+            .map(|_| patient.read(&half, stalled(b"a")))
+            .collect();
+        let stalled_bodies = futures::future::join_all(stalled_bodies);
+        let another = async {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let read = budget.read(&declaring(10), Body::from("0123456789")).await;
-            (read, started.elapsed())
+            patient.read(&declaring(10), Body::from("0123456789")).await
         };
-        let (first, second, (third, waited)) = tokio::join!(first, second, third);
-        assert!(matches!(first, Err(BodyError::TooSlow { .. })), "{first:?}");
-        assert!(
-            matches!(second, Err(BodyError::TooSlow { .. })),
-            "{second:?}"
-        );
-        assert!(third.is_ok(), "{third:?}");
-        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+        tokio::pin!(stalled_bodies);
+        tokio::select! {
+            read = another => {
+                assert!(read.is_ok(), "{read:?}");
+                assert!(started.elapsed() < patience, "it did not wait for them to time out");
+            }
+            _ = &mut stalled_bodies => panic!("the stalled bodies ended first: the other body waited for them"),
+        }
 
         // Bodies read but still held (their requests being served) keep their bytes: a
         // new body is turned away once it has waited its time.
@@ -263,5 +273,131 @@ mod bodiless {
             assert!(empty.is_ok_and(|b| b.bytes.is_empty()));
         }
         drop(held);
+    }
+}
+
+mod http2 {
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+
+    use axum::body::Body;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Request, StatusCode};
+    use futures::StreamExt as _;
+    use http_body_util::BodyExt as _;
+    use hyper::client::conn::http2::SendRequest;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use lifecycle::http::BodyBudget;
+
+    use super::{start, start_app, Logs, LIMITS};
+
+    /// An HTTP/2 connection (prior knowledge) and the task driving it, which ends when
+    /// the server closes the connection.
+    async fn connect(addr: SocketAddr) -> (SendRequest<Body>, tokio::task::JoinHandle<()>) {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(tcp))
+            .await
+            .expect("HTTP/2 handshake");
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        (send, driver)
+    }
+
+    async fn text(response: hyper::Response<hyper::body::Incoming>) -> (StatusCode, String) {
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn idle_http2_connections_are_closed_like_http1_ones() {
+        let logs = Logs::default();
+        let addr = start(logs.clone());
+        let (mut send, driver) = connect(addr).await;
+        let request = Request::get("http://x/")
+            .body(Body::empty())
+            .expect("request");
+        let answer = send.send_request(request).await.expect("answer");
+        assert_eq!(text(answer).await, (StatusCode::OK, "hello".into()));
+        // The client answers the server's pings; the connection is closed anyway once it
+        // has had no request for the idle limit.
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(10), driver)
+            .await
+            .expect("the idle HTTP/2 connection was closed")
+            .expect("driver");
+        assert!(
+            started.elapsed() >= LIMITS.header_read_timeout / 2,
+            "closed as idle, not at once: {:?}",
+            started.elapsed()
+        );
+        assert!(logs.text().contains("closed slow or idle connections"));
+    }
+
+    /// Reads the body within a 64 KiB budget (32 KiB per body, 5 s to arrive) and
+    /// answers its length.
+    async fn budgeted(
+        State(budget): State<BodyBudget>,
+        headers: HeaderMap,
+        body: Body,
+    ) -> (StatusCode, String) {
+        match budget.read(&headers, body).await {
+            Ok(read) => (StatusCode::OK, read.bytes.len().to_string()),
+            Err(e) => (e.status(), e.to_string()),
+        }
+    }
+
+    #[tokio::test]
+    async fn stalled_http2_streams_block_only_themselves() {
+        let budget = BodyBudget::new(64 * 1024, 32 * 1024, Duration::from_secs(5));
+        let app = axum::Router::new()
+            .route("/body", axum::routing::post(budgeted))
+            .with_state(budget);
+        let addr = start_app(Logs::default(), app);
+
+        // Sixteen streams on one connection send one byte each, no length, and stall.
+        let (stalling, _stalling_driver) = connect(addr).await;
+        let stalled: Vec<_> = (0..16)
+            .map(|_| {
+                let mut send = stalling.clone();
+                let body = futures::stream::iter([Ok::<_, std::io::Error>(&b"x"[..])])
+                    .chain(futures::stream::pending());
+                let request = Request::post("http://x/body")
+                    .body(Body::from_stream(body))
+                    .expect("request");
+                tokio::spawn(async move { send.send_request(request).await.map(|r| r.status()) })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // Another client's body is read at once, while they still wait.
+        let started = Instant::now();
+        let (mut send, _driver) = connect(addr).await;
+        let request = Request::post("http://x/body")
+            .header("content-length", "10")
+            .body(Body::from("0123456789"))
+            .expect("request");
+        let answer = send.send_request(request).await.expect("answer");
+        assert_eq!(text(answer).await, (StatusCode::OK, "10".into()));
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            stalled.iter().all(|task| !task.is_finished()),
+            "the stalled streams are still waiting"
+        );
+        for task in stalled {
+            let status = task.await.expect("task").expect("an answer");
+            assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use super::memory::{check_value, json_bytes};
 use super::parser::{Aggregate, BinaryOp, Expr, Function, PathStep, UnaryOp};
 use super::SqlError;
 
@@ -82,8 +83,11 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
         }
         Expr::Array(items) => {
             let mut values = Vec::with_capacity(items.len());
+            let mut bytes = 2;
             for item in items {
                 if let Some(value) = eval(item, doc, params)? {
+                    bytes += json_bytes(&value) + 1;
+                    check_value(bytes)?;
                     values.push(value.into_owned());
                 }
             }
@@ -97,8 +101,11 @@ pub fn eval<'a>(expr: &'a Expr, doc: &'a Value, params: &'a Params) -> Result<Ev
 /// constructor, and the row of `SELECT a, b`.
 pub fn object(fields: &[(String, Expr)], doc: &Value, params: &Params) -> Result<Value, SqlError> {
     let mut object = serde_json::Map::with_capacity(fields.len());
+    let mut bytes = 2;
     for (name, value) in fields {
         if let Some(value) = eval(value, doc, params)? {
+            bytes += name.len() + 4 + json_bytes(&value);
+            check_value(bytes)?;
             object.insert(name.clone(), value.into_owned());
         }
     }
@@ -197,6 +204,7 @@ fn combine<'a>(
         }
         BinaryOp::Concat => match (l, r) {
             (Some(Value::String(a)), Some(Value::String(b))) => {
+                check_value(a.len() + b.len() + 2)?;
                 Some(Cow::Owned(Value::String(format!("{a}{b}"))))
             }
             _ => None,

@@ -7,9 +7,16 @@
 //! whole inside one physical partition, as it does in Cosmos DB; across partitions the
 //! SDK merges what each partition returns, following the query plan ([`plan`]).
 //! Anything else is rejected with a message naming the construct.
+//!
+//! A query's memory is bounded, as Cosmos DB bounds a query's work: a value the query
+//! builds (an array, an object, a concatenation) holds at most [`MAX_VALUE_BYTES`]; a
+//! query that sorts, groups or de-duplicates holds at most [`MAX_QUERY_BYTES`] of rows
+//! and keys in one partition; a page holds at most [`MAX_PAGE_BYTES`] (the rest comes
+//! with a continuation). Beyond a bound the query is refused with a 400 that says which.
 
 mod eval;
 mod lexer;
+pub mod memory;
 mod parser;
 pub mod plan;
 mod print;
@@ -21,6 +28,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use eval::{matches, Params};
+pub use memory::{json_bytes, MAX_PAGE_BYTES, MAX_QUERY_BYTES, MAX_VALUE_BYTES};
+
+use memory::QueryMemory;
 pub use parser::{parse, Expr, OffsetLimit, Projection, Query, SortOrder};
 
 use eval::{sort_order, Accumulator};
@@ -102,26 +112,39 @@ impl PreparedQuery {
 
     /// The whole result over `docs` (the documents that matched the filter), for a
     /// query that is not streaming: grouped and aggregated, or sorted; then
-    /// de-duplicated, offset and limited, and cut to `TOP`.
+    /// de-duplicated, offset and limited, and cut to `TOP`. What it holds is bounded by
+    /// [`MAX_QUERY_BYTES`].
     pub fn run_all<'a>(
         &self,
         docs: impl IntoIterator<Item = &'a Value>,
     ) -> Result<Vec<Value>, SqlError> {
         let query = &self.query;
+        let mut memory = QueryMemory::default();
         let mut rows = if query.is_aggregate() || !query.group_by.is_empty() {
-            self.grouped(docs)?
+            self.grouped(docs, &mut memory)?
         } else if !query.order_by.is_empty() {
-            self.sorted(docs)?
+            self.sorted(docs, &mut memory)?
         } else {
             let mut rows = Vec::new();
             for doc in docs {
-                rows.extend(self.project(doc)?);
+                if let Some(row) = self.project(doc)? {
+                    memory.take(json_bytes(&row))?;
+                    rows.push(row);
+                }
             }
             rows
         };
         if query.distinct {
             let mut seen = HashSet::new();
-            rows.retain(|row| seen.insert(canonical(row)));
+            let mut kept = Vec::with_capacity(rows.len());
+            for row in rows {
+                let key = canonical(&row);
+                memory.take(key.len())?;
+                if seen.insert(key) {
+                    kept.push(row);
+                }
+            }
+            rows = kept;
         }
         if let Some(OffsetLimit { offset, limit }) = query.offset_limit {
             let skip = usize::try_from(offset)
@@ -141,6 +164,7 @@ impl PreparedQuery {
     fn grouped<'a>(
         &self,
         docs: impl IntoIterator<Item = &'a Value>,
+        memory: &mut QueryMemory,
     ) -> Result<Vec<Value>, SqlError> {
         struct Group<'a> {
             first: &'a Value,
@@ -167,13 +191,18 @@ impl PreparedQuery {
                 }
                 key.push('|');
             }
-            let index = *by_key.entry(key).or_insert_with(|| {
-                groups.push(Group {
-                    first: doc,
-                    accumulators: fresh(),
-                });
-                groups.len() - 1
-            });
+            let index = match by_key.get(&key) {
+                Some(index) => *index,
+                None => {
+                    memory.take(key.len())?;
+                    groups.push(Group {
+                        first: doc,
+                        accumulators: fresh(),
+                    });
+                    by_key.insert(key, groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
             for (accumulator, (_, arg)) in groups[index].accumulators.iter_mut().zip(&aggregates) {
                 accumulator.add(eval::eval(arg, doc, &self.params)?.as_deref());
             }
@@ -192,7 +221,10 @@ impl PreparedQuery {
             for expr in projection.exprs_mut() {
                 substitute_aggregates(expr, &mut results);
             }
-            rows.extend(project(&projection, group.first, &self.params)?);
+            if let Some(row) = project(&projection, group.first, &self.params)? {
+                memory.take(json_bytes(&row))?;
+                rows.push(row);
+            }
         }
         Ok(rows)
     }
@@ -201,12 +233,15 @@ impl PreparedQuery {
     fn sorted<'a>(
         &self,
         docs: impl IntoIterator<Item = &'a Value>,
+        memory: &mut QueryMemory,
     ) -> Result<Vec<Value>, SqlError> {
         let mut keyed = Vec::new();
         for doc in docs {
             let mut keys = Vec::with_capacity(self.query.order_by.len());
             for (expr, _) in &self.query.order_by {
-                keys.push(eval::eval(expr, doc, &self.params)?.map(std::borrow::Cow::into_owned));
+                let key = eval::eval(expr, doc, &self.params)?.map(std::borrow::Cow::into_owned);
+                memory.take(key.as_ref().map_or(1, json_bytes))?;
+                keys.push(key);
             }
             keyed.push((keys, doc));
         }
@@ -226,7 +261,10 @@ impl PreparedQuery {
         });
         let mut rows = Vec::with_capacity(keyed.len());
         for (_, doc) in keyed {
-            rows.extend(self.project(doc)?);
+            if let Some(row) = self.project(doc)? {
+                memory.take(json_bytes(&row))?;
+                rows.push(row);
+            }
         }
         Ok(rows)
     }
@@ -955,6 +993,51 @@ mod tests {
         assert!(err.to_string().contains("pass the partition key"), "{err}");
         let fine = prepared(&deep_key, json!([])).expect("parentheses alone add no nesting");
         plan::query_info(&fine.query, None).expect("plans");
+    }
+
+    #[test]
+    fn min_and_max_partials_carry_their_count_for_clients_that_declare_composites() {
+        let min = prepared("SELECT VALUE MIN(c.n) FROM c", json!([])).expect("parses");
+        let plain = plan::query_info(&min.query, Some("Aggregate")).expect("plan");
+        let plain = plain["rewrittenQuery"].as_str().expect("rewritten");
+        assert!(!plain.contains("item2"), "{plain}");
+        let info =
+            plan::query_info(&min.query, Some("Aggregate,CompositeAggregate")).expect("plan");
+        let rewritten = info["rewrittenQuery"].as_str().expect("rewritten");
+        let docs = [
+            json!({"id": "a", "n": 4}),
+            json!({"id": "b", "n": 2}),
+            json!({"id": "c"}),
+        ];
+        assert_eq!(
+            run(rewritten, json!([]), &docs).expect(rewritten),
+            vec![json!([{"item": 2, "item2": {"min": 2, "count": 2}}])]
+        );
+        // A partition without the field: no value, and a count that says so.
+        assert_eq!(
+            run(rewritten, json!([]), &docs[2..]).expect(rewritten),
+            vec![json!([{"item2": {"count": 0}}])]
+        );
+        let grouped = prepared(
+            "SELECT c.g, MAX(c.n) AS highest FROM c GROUP BY c.g",
+            json!([]),
+        )
+        .expect("parses");
+        let info = plan::query_info(
+            &grouped.query,
+            Some("GroupBy,NonValueAggregate,CompositeAggregate"),
+        )
+        .expect("plan");
+        let rewritten = info["rewrittenQuery"].as_str().expect("rewritten");
+        let docs = [
+            json!({"id": "a", "g": 1, "n": 4}),
+            json!({"id": "b", "g": 1, "n": 7}),
+        ];
+        let rows = run(rewritten, json!([]), &docs).expect(rewritten);
+        assert_eq!(
+            rows[0]["payload"]["highest"],
+            json!({"item": 7, "item2": {"max": 7, "count": 2}})
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! - `ORDER BY`: each partition returns `{_rid, orderByItems: [{item}], payload}` in
 //!   order; the SDK merges the sorted streams and keeps `payload`.
 //! - `SELECT VALUE <aggregate>`: each partition returns `[{item}]` (for `AVG`,
-//!   `{item: {sum, count}}`); the SDK combines the items.
+//!   `{item: {sum, count}}`; for `MIN`/`MAX`, to a client that declares
+//!   `CompositeAggregate`, also `item2: {min|max, count}`, so an empty partition's
+//!   undefined is told from a value); the SDK combines the items.
 //! - `GROUP BY`, and aggregates among other SELECT items: each partition returns one
 //!   row per group, `{groupByItems: [{item}], payload: {alias: value | {item}}}`; the
 //!   SDK merges the groups, combining each alias as `groupByAliasToAggregateType` says.
@@ -69,7 +71,12 @@ pub fn query_info(query: &Query, client_features: Option<&str>) -> Result<Value,
         }
     }
     let grouping = grouping(query)?;
-    let rewritten = rewritten_query(query, grouping.as_deref());
+    let composite = client_features.is_some_and(|declared| {
+        declared
+            .split(',')
+            .any(|d| d.trim() == "CompositeAggregate")
+    });
+    let rewritten = rewritten_query(query, grouping.as_deref(), composite);
     // The rewritten query nests sort keys and payloads a level or two deeper than the
     // query did; one at the edge of the parser's depth limit cannot be run.
     if let Err(e) = super::parse(&rewritten.replace(ORDER_BY_FILTER, "true")) {
@@ -161,18 +168,28 @@ fn grouping(query: &Query) -> Result<Option<Vec<GroupColumn<'_>>>, SqlError> {
     Ok(Some(grouped))
 }
 
-/// An aggregate as each partition reports it, for the SDK to combine: `{"item": …}`,
-/// and for `AVG` the item is the partition's sum and count.
-fn partial_aggregate(kind: Aggregate, arg: &Expr, alias: &str) -> String {
+/// An aggregate as each partition reports it, for the SDK to combine: `{"item": …}`.
+/// For `AVG` the item is the partition's sum and count. For `MIN` and `MAX`, when
+/// `composite`, an `item2` beside the plain item carries the value with its count
+/// (`{"min": …, "count": …}`): SDKs that combine composites read `item2`, the others
+/// `item`.
+fn partial_aggregate(kind: Aggregate, arg: &Expr, alias: &str, composite: bool) -> String {
     let arg = arg.to_sql(alias);
-    let item = match kind {
-        Aggregate::Avg => format!("{{\"sum\": SUM({arg}), \"count\": COUNT({arg})}}"),
-        other => format!("{}({arg})", super::print::aggregate_name(other)),
-    };
-    format!("{{\"item\": {item}}}")
+    let name = super::print::aggregate_name(kind);
+    match kind {
+        Aggregate::Avg => {
+            format!("{{\"item\": {{\"sum\": SUM({arg}), \"count\": COUNT({arg})}}}}")
+        }
+        Aggregate::Min | Aggregate::Max if composite => {
+            let field = name.to_ascii_lowercase();
+            format!(
+                "{{\"item\": {name}({arg}), \"item2\": {{\"{field}\": {name}({arg}), \"count\": COUNT({arg})}}}}"
+            )
+        }
+        _ => format!("{{\"item\": {name}({arg})}}"),
+    }
 }
 
-/// The names the SDKs' aggregators know (`AVG` is `Average`).
 fn aggregate_type(kind: Aggregate) -> &'static str {
     match kind {
         Aggregate::Count => "Count",
@@ -184,8 +201,8 @@ fn aggregate_type(kind: Aggregate) -> &'static str {
 }
 
 /// The query each partition runs so that the SDK can merge the results; `grouped` is
-/// [`grouping`]'s answer for `query`.
-fn rewritten_query(query: &Query, grouped: Option<&[GroupColumn<'_>]>) -> String {
+/// [`grouping`]'s answer for `query`; `composite`: MIN and MAX with their counts.
+fn rewritten_query(query: &Query, grouped: Option<&[GroupColumn<'_>]>, composite: bool) -> String {
     let alias = query.alias.as_str();
     let mut sql = String::from("SELECT ");
     // A group must be whole in each partition's answer: TOP, DISTINCT and OFFSET apply
@@ -193,7 +210,9 @@ fn rewritten_query(query: &Query, grouped: Option<&[GroupColumn<'_>]>) -> String
     if let Some(columns) = grouped {
         let payload = columns.iter().map(|column| {
             let value = match (column.aggregate, column.expr) {
-                (Some(kind), Expr::Aggregate(_, arg)) => partial_aggregate(kind, arg, alias),
+                (Some(kind), Expr::Aggregate(_, arg)) => {
+                    partial_aggregate(kind, arg, alias, composite)
+                }
                 _ => column.expr.to_sql(alias),
             };
             format!(
@@ -223,7 +242,10 @@ fn rewritten_query(query: &Query, grouped: Option<&[GroupColumn<'_>]>) -> String
             write_payload(&query.projection, alias, &mut sql);
             sql.push_str(" AS payload");
         } else if let Projection::Value(Expr::Aggregate(kind, arg)) = &query.projection {
-            sql.push_str(&format!("VALUE [{}]", partial_aggregate(*kind, arg, alias)));
+            sql.push_str(&format!(
+                "VALUE [{}]",
+                partial_aggregate(*kind, arg, alias, composite)
+            ));
         } else {
             match &query.projection {
                 Projection::Star => sql.push('*'),

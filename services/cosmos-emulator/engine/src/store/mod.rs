@@ -13,7 +13,7 @@ use azure_data_cosmos_driver::models::PartitionKeyDefinition;
 use base64::Engine;
 use serde_json::{json, Value};
 
-pub use partition::{Document, Partition, PartitionData, Scope};
+pub use partition::{ChangePage, Document, Partition, PartitionData, Scope};
 
 use crate::stats::{ContainerStats, DatabaseStats, PartitionStatsView, Stats};
 pub use wal::{Record, Wal, WalError};
@@ -648,24 +648,32 @@ impl Store {
             epk: key.epk,
             body,
             size,
+            lsn: 0,
         })
     }
 
-    /// Stores a prepared document in `data` (the caller holds its partition's lock),
-    /// logging it first.
+    /// Stores a prepared document in `partition`'s `data` (the caller holds its lock),
+    /// stamped with the partition's next LSN (`_lsn`), logging it first. Returns the
+    /// stored body.
     pub fn put_document(
         &self,
         container: &Container,
+        partition: &Partition,
         data: &mut PartitionData,
-        doc: Document,
-    ) -> StoreResult<()> {
+        mut doc: Document,
+    ) -> StoreResult<Value> {
+        doc.lsn = partition.next_lsn();
+        if let Some(map) = doc.body.as_object_mut() {
+            map.insert("_lsn".into(), json!(doc.lsn));
+        }
         self.log(&Record::PutDocument {
             database: container.database_id.clone(),
             container: container.id.clone(),
             document: doc.body.clone(),
         })?;
+        let body = doc.body.clone();
         data.put(doc);
-        Ok(())
+        Ok(body)
     }
 
     pub fn delete_document(
@@ -753,14 +761,18 @@ impl Store {
                     self.observe_rid(rid);
                 }
                 let size = serde_json::to_vec(&document).map(|v| v.len()).unwrap_or(0);
+                let lsn = document.get("_lsn").and_then(Value::as_u64).unwrap_or(0);
                 let doc = Document {
                     id: resource_id_field(&document)?,
                     partition_key: key.json.clone(),
                     epk: key.epk.clone(),
                     body: document,
                     size,
+                    lsn,
                 };
-                container.partition_for(&key).write().put(doc);
+                let partition = container.partition_for(&key);
+                partition.observe_lsn(lsn);
+                partition.write().put(doc);
             }
             Record::DeleteDocument {
                 database,

@@ -8,7 +8,7 @@ use azure_data_cosmos_driver::models::EffectivePartitionKey;
 use serde_json::Value;
 
 use crate::epk::EpkRange;
-use crate::sql::{PreparedQuery, SqlError};
+use crate::sql::{json_bytes, PreparedQuery, SqlError, MAX_PAGE_BYTES};
 use crate::stats::PartitionStats;
 use crate::throughput::{charge, RuBudget};
 
@@ -23,6 +23,9 @@ pub struct Document {
     pub body: Value,
     /// Serialized size in bytes, the basis of read and write charges.
     pub size: usize,
+    /// The partition's log sequence number of the write that made this version (`_lsn`):
+    /// the change feed's order.
+    pub lsn: u64,
 }
 
 impl Document {
@@ -72,6 +75,9 @@ pub struct PartitionData {
     by_key: HashMap<String, HashMap<String, u64>>,
     /// Equality index over top-level scalar properties: field → value → sequence numbers.
     index: HashMap<String, HashMap<String, BTreeSet<u64>>>,
+    /// The latest version of every document by the LSN that wrote it (→ its sequence
+    /// number): the change feed reads it in order.
+    by_lsn: BTreeMap<u64, u64>,
     next_seq: u64,
 }
 
@@ -118,6 +124,7 @@ impl PartitionData {
             Some(seq) => {
                 if let Some(old) = self.by_seq.remove(&seq) {
                     self.unindex(seq, &old);
+                    self.by_lsn.remove(&old.lsn);
                 }
                 seq
             }
@@ -131,6 +138,7 @@ impl PartitionData {
             }
         };
         self.index_doc(seq, &doc);
+        self.by_lsn.insert(doc.lsn, seq);
         self.by_seq.insert(seq, Arc::new(doc));
     }
 
@@ -142,7 +150,42 @@ impl PartitionData {
         }
         let doc = self.by_seq.remove(&seq)?;
         self.unindex(seq, &doc);
+        self.by_lsn.remove(&doc.lsn);
         Some(doc)
+    }
+
+    /// The change feed after `after_lsn`: the latest version of every document in
+    /// `scope` written since (and, with `modified_since`, whose `_ts` is at least that),
+    /// in LSN order, at most `max_items` and [`MAX_PAGE_BYTES`] of them (at least one);
+    /// and the LSN of the last version looked at.
+    pub fn changes(
+        &self,
+        after_lsn: u64,
+        modified_since: Option<u64>,
+        scope: &Scope,
+        max_items: usize,
+    ) -> ChangePage {
+        let mut page = ChangePage::default();
+        let mut bytes = 0;
+        let versions = self
+            .by_lsn
+            .range(after_lsn.saturating_add(1)..)
+            .filter_map(|(lsn, seq)| Some((*lsn, self.by_seq.get(seq)?)));
+        for (lsn, doc) in versions {
+            if page.documents.len() >= max_items.max(1) || bytes >= MAX_PAGE_BYTES {
+                page.more = true;
+                break;
+            }
+            page.last_lsn = Some(lsn);
+            page.scanned += 1;
+            let recent = modified_since
+                .is_none_or(|since| doc.body.get("_ts").and_then(Value::as_u64) >= Some(since));
+            if recent && scope.admits(doc) {
+                bytes += doc.size;
+                page.documents.push(doc.body.clone());
+            }
+        }
+        page
     }
 
     fn index_doc(&mut self, seq: u64, doc: &Document) {
@@ -200,9 +243,10 @@ impl PartitionData {
         best
     }
 
-    /// Runs a query over this partition and returns at most `max_items` rows from
-    /// `position` on. A streaming query resumes after the document whose sequence
-    /// number is `position`; any other query is run whole and resumes at row `position`.
+    /// Runs a query over this partition and returns at most `max_items` rows, and at
+    /// most [`MAX_PAGE_BYTES`] of them (at least one), from `position` on. A streaming
+    /// query resumes after the document whose sequence number is `position`; any other
+    /// query is run whole and resumes at row `position`.
     pub fn query(
         &self,
         query: &PreparedQuery,
@@ -236,19 +280,28 @@ impl PartitionData {
                 }
             }
             page.loaded = matching.len();
-            let rows = query.run_all(matching)?;
+            let mut rows = query.run_all(matching)?;
             let start = usize::try_from(position)
                 .unwrap_or(usize::MAX)
                 .min(rows.len());
-            let end = start.saturating_add(max_items).min(rows.len());
+            let mut end = start;
+            let mut bytes = 0;
+            while end < rows.len()
+                && end - start < max_items
+                && (end == start || bytes < MAX_PAGE_BYTES)
+            {
+                bytes += json_bytes(&rows[end]);
+                end += 1;
+            }
             if end < rows.len() {
                 page.resume_at = Some(end as u64);
             }
+            rows.truncate(end);
+            rows.drain(..start);
             page.rows = rows;
-            page.rows.truncate(end);
-            page.rows.drain(..start);
             return Ok(page);
         }
+        let mut bytes = 0;
         for (seq, doc) in candidates.by_ref() {
             if indexed.is_none() {
                 page.scanned += 1;
@@ -258,9 +311,10 @@ impl PartitionData {
             }
             page.loaded += 1;
             if let Some(row) = query.project(&doc.body)? {
+                bytes += json_bytes(&row);
                 page.rows.push(row);
             }
-            if page.rows.len() >= max_items {
+            if page.rows.len() >= max_items || bytes >= MAX_PAGE_BYTES {
                 page.resume_at = Some(seq);
                 break;
             }
@@ -273,6 +327,25 @@ impl PartitionData {
             page.resume_at = None;
         }
         Ok(page)
+    }
+}
+
+/// One page of a partition's change feed.
+#[derive(Debug, Default)]
+pub struct ChangePage {
+    pub documents: Vec<Value>,
+    /// The LSN of the last version looked at, if any: where the next page starts.
+    pub last_lsn: Option<u64>,
+    /// Whether versions remain after this page.
+    pub more: bool,
+    /// Versions looked at, returned or not (the charge's basis).
+    pub scanned: usize,
+}
+
+impl ChangePage {
+    /// Request units for this page.
+    pub fn charge(&self) -> f64 {
+        charge::query(self.documents.len(), self.scanned)
     }
 }
 
@@ -348,9 +421,16 @@ impl Partition {
         self.budget().ru_per_second()
     }
 
-    /// Log sequence number for the session token: bumped by every write.
+    /// The partition's log sequence number, for session tokens and the change feed:
+    /// bumped by every write.
     pub fn next_lsn(&self) -> u64 {
         self.lsn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// Raises the LSN to at least `lsn` (a document replayed from the data log).
+    pub fn observe_lsn(&self, lsn: u64) {
+        self.lsn
+            .fetch_max(lsn, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn lsn(&self) -> u64 {
