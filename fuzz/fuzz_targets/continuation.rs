@@ -26,7 +26,11 @@ enum Token {
     /// The token as issued.
     Issued,
     /// The issued token with its position fields replaced.
-    Edited { partition: u64, position: u64, returned: u64 },
+    Edited {
+        partition: u64,
+        position: u64,
+        returned: u64,
+    },
     /// Any text at all.
     Raw(String),
 }
@@ -77,7 +81,11 @@ fuzz_target!(|input: Input| {
         };
         let token = match input.token {
             Token::Issued => issued,
-            Token::Edited { partition, position, returned } => {
+            Token::Edited {
+                partition,
+                position,
+                returned,
+            } => {
                 let mut fields: serde_json::Value =
                     serde_json::from_str(&issued).expect("the emulator issues JSON tokens");
                 fields["p"] = partition.into();
@@ -100,7 +108,10 @@ fuzz_target!(|input: Input| {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok())
                 .expect("a page says how many items it holds");
-            assert!(count <= usize::from(1 + input.sent_with.2 % 4), "{count} items");
+            assert!(
+                count <= usize::from(1 + input.sent_with.2 % 4),
+                "{count} items"
+            );
         }
     });
 });

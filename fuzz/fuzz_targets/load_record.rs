@@ -11,7 +11,11 @@ fuzz_target!(|text: &str| {
         return;
     };
     let summary = record.summary();
-    assert!(summary.series.len() as u64 <= MAX_INTERVALS, "{} intervals", summary.series.len());
+    assert!(
+        summary.series.len() as u64 <= MAX_INTERVALS,
+        "{} intervals",
+        summary.series.len()
+    );
     // The same shard twice is refused; a whole record merges with itself alone.
     let again = LoadRecord::from_log(text).expect("read once, read again");
     let _ = LoadRecord::merge(vec![record]);

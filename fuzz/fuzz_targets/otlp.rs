@@ -25,5 +25,8 @@ fuzz_target!(|body: &[u8]| {
         }
     }
     let stats = store.stats();
-    assert!(stats.spans <= limits.max_spans && stats.bytes <= limits.max_bytes, "{stats:?}");
+    assert!(
+        stats.spans <= limits.max_spans && stats.bytes <= limits.max_bytes,
+        "{stats:?}"
+    );
 });

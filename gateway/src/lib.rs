@@ -39,7 +39,7 @@ use tokio::net::TcpListener;
 use tower::retry::budget::TpsBudget;
 
 pub use backend::{Backend, CallPolicy};
-use limit::AdaptiveLimit;
+use limit::{AdaptiveLimit, Permit};
 use metrics::{GatewayMetrics, InvoiceOutcome};
 
 pub const SERVICE_NAME: &str = Service::Gateway.name();
@@ -222,16 +222,10 @@ async fn invoice(
             return Problem::from(invalid).into_response();
         }
     };
-    let permits = [&state.delivery, &state.package, &state.utilization]
-        .map(|backend| backend.limit.try_acquire());
-    if permits.iter().all(Option::is_none) {
-        // No section could be filled: nothing worth a 200.
-        return overloaded(
-            &state,
-            "every backend is at its limit of calls in flight; retry shortly",
-        );
-    }
-    let [delivery, package, utilization] = permits;
+    let [delivery, package, utilization] = match admit(&state) {
+        Ok(permits) => permits,
+        Err(detail) => return overloaded(&state, &detail),
+    };
     let query = request.to_query();
     let caller = backend::Caller {
         client: &state.client,
@@ -278,6 +272,33 @@ async fn invoice(
         errors,
     })
     .into_response()
+}
+
+/// A call permit from each backend, or why the invoice is shed. A backend at its limit
+/// because it is stalled (calls wait, none answered: hung, or cut off) is left out, and
+/// the invoice is answered without its section; one at its limit while it still answers
+/// is busy, and the invoice is shed whole, so the other backends' capacity goes to
+/// invoices that can be complete.
+fn admit(state: &AppState) -> Result<[Option<Permit>; 3], String> {
+    let backends = [&state.delivery, &state.package, &state.utilization];
+    let permits = backends.map(|backend| backend.limit.try_acquire());
+    if let Some((busy, _)) = backends
+        .iter()
+        .zip(&permits)
+        .find(|(backend, permit)| permit.is_none() && !backend.limit.is_stalled())
+    {
+        return Err(format!(
+            "{} is answering at its limit of {} calls in flight; retry shortly",
+            busy.section.name(),
+            busy.limit.current()
+        ));
+    }
+    if permits.iter().all(Option::is_none) {
+        return Err(
+            "every backend is stalled at its limit of calls in flight; retry shortly".into(),
+        );
+    }
+    Ok(permits)
 }
 
 /// `backend status: detail; …`, for a log line.

@@ -29,11 +29,15 @@ const QUEUE_FACTOR: u32 = 2;
 const QUEUE_SLACK: Duration = Duration::from_millis(10);
 /// The limit shrinks to this fraction on a queued answer.
 const DECREASE: f64 = 0.9;
+/// A backend with calls in flight and no answer for this long is stalled (hung, or cut
+/// off), not merely busy.
+pub const STALL_AFTER: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct AdaptiveLimit {
     floor: usize,
     ceiling: usize,
+    stall_after: Duration,
     state: Mutex<State>,
     /// The whole part of the limit, set whenever it changes
     /// (`gateway_concurrency_limit{backend}`); reading it needs no lock.
@@ -48,6 +52,9 @@ struct State {
     best: Option<Duration>,
     previous_best: Option<Duration>,
     window_started: Instant,
+    /// The last sign of life: the last answer, or the first call after none was in
+    /// flight.
+    last_progress: Instant,
 }
 
 /// One admitted call; give it back with [`Permit::answered`] or [`Permit::timed_out`],
@@ -72,19 +79,31 @@ enum Sample {
 
 impl AdaptiveLimit {
     /// Starts at `ceiling` (nothing is known yet) and adapts within `[floor, ceiling]`,
-    /// showing the limit in `gauge`.
+    /// showing the limit in `gauge`; stalled after [`STALL_AFTER`] without an answer.
     pub fn new(floor: usize, ceiling: usize, gauge: Gauge) -> Arc<Self> {
+        Self::stalling_after(floor, ceiling, gauge, STALL_AFTER)
+    }
+
+    fn stalling_after(
+        floor: usize,
+        ceiling: usize,
+        gauge: Gauge,
+        stall_after: Duration,
+    ) -> Arc<Self> {
         let ceiling = ceiling.max(1);
         gauge.set(i64::try_from(ceiling).unwrap_or(i64::MAX));
+        let now = Instant::now();
         Arc::new(Self {
             floor: floor.clamp(1, ceiling),
             ceiling,
+            stall_after,
             state: Mutex::new(State {
                 limit: ceiling as f64,
                 in_flight: 0,
                 best: None,
                 previous_best: None,
-                window_started: Instant::now(),
+                window_started: now,
+                last_progress: now,
             }),
             gauge,
         })
@@ -96,12 +115,23 @@ impl AdaptiveLimit {
         if state.in_flight as f64 >= state.limit.floor() {
             return None;
         }
+        if state.in_flight == 0 {
+            state.last_progress = Instant::now();
+        }
         state.in_flight += 1;
         Some(Permit {
             limit: self.clone(),
             admitted: Instant::now(),
             sample: None,
         })
+    }
+
+    /// Whether the backend is stalled rather than busy: calls are in flight and none has
+    /// been answered for the stall time. A full limit on a stalled backend means its calls
+    /// wait for their timeouts; on a busy one, that it answers as fast as it can.
+    pub fn is_stalled(&self) -> bool {
+        let state = self.lock();
+        state.in_flight > 0 && state.last_progress.elapsed() >= self.stall_after
     }
 
     /// The current limit (calls in flight beyond it are refused).
@@ -127,6 +157,7 @@ impl AdaptiveLimit {
             Some(Sample::Answered(latency)) => latency,
         };
         let now = Instant::now();
+        state.last_progress = now;
         if now.duration_since(state.window_started) >= WINDOW {
             state.previous_best = state.best.take();
             state.window_started = now;
@@ -180,6 +211,30 @@ mod tests {
             drop(permit);
         }
         admitted
+    }
+
+    #[test]
+    fn a_backend_is_stalled_only_while_calls_wait_without_any_answer() {
+        let stall = Duration::from_millis(50);
+        let limit = AdaptiveLimit::stalling_after(1, 4, Gauge::default(), stall);
+        std::thread::sleep(stall * 2);
+        assert!(!limit.is_stalled(), "nothing in flight: idle, not stalled");
+        let first = limit.try_acquire().expect("admitted");
+        assert!(!limit.is_stalled(), "just called");
+        std::thread::sleep(stall * 2);
+        assert!(
+            limit.is_stalled(),
+            "in flight, no answer for the stall time"
+        );
+        // An answer to another call is a sign of life.
+        let mut second = limit.try_acquire().expect("admitted");
+        second.sample = Some(Sample::Answered(Duration::from_millis(1)));
+        drop(second);
+        assert!(!limit.is_stalled(), "it answers: busy, not stalled");
+        std::thread::sleep(stall * 2);
+        assert!(limit.is_stalled(), "and stalls again");
+        first.timed_out();
+        assert!(!limit.is_stalled(), "nothing left in flight");
     }
 
     #[test]

@@ -22,14 +22,22 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Signs like the SDK: HMAC-SHA256 of `verb\ntype\nlink\ndate\n\n`.
-pub fn signed(method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Option<Request<Body>> {
+pub fn signed(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Option<Request<Body>> {
     let date = httpdate::fmt_http_date(std::time::SystemTime::now());
     let trimmed = path.trim_matches('/');
     let segments: Vec<&str> = trimmed.split('/').collect();
     let (resource_type, link) = if trimmed.is_empty() {
         (String::new(), String::new())
     } else if segments.len() % 2 == 1 {
-        (segments[segments.len() - 1].to_owned(), segments[..segments.len() - 1].join("/"))
+        (
+            segments[segments.len() - 1].to_owned(),
+            segments[..segments.len() - 1].join("/"),
+        )
     } else {
         (segments[segments.len() - 2].to_owned(), trimmed.to_owned())
     };
@@ -38,8 +46,12 @@ pub fn signed(method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>)
         .ok()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).ok()?;
     mac.update(
-        format!("{}\n{resource_type}\n{link}\n{}\n\n", method.to_lowercase(), date.to_lowercase())
-            .as_bytes(),
+        format!(
+            "{}\n{resource_type}\n{link}\n{}\n\n",
+            method.to_lowercase(),
+            date.to_lowercase()
+        )
+        .as_bytes(),
     );
     let signature = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
     let authorization = percent_encoding::utf8_percent_encode(
@@ -91,7 +103,11 @@ pub async fn with_data_of(documents: usize) -> axum::Router {
     }
     for request in setup.into_iter().flatten() {
         let response = app.clone().oneshot(request).await.expect("infallible");
-        assert!(response.status().is_success(), "setup: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "setup: {}",
+            response.status()
+        );
     }
     app
 }

@@ -110,6 +110,16 @@ fn users(name: &str, flag: &str, value: usize, zero_ok: bool) -> Result<(), Stri
     }
 }
 
+/// `value` for an error message: scientific notation beyond a billion, so a hostile
+/// 1e300 is one short word, not three hundred digits.
+fn shown(value: f64) -> String {
+    if value.abs() < 1e9 {
+        value.to_string()
+    } else {
+        format!("{value:e}")
+    }
+}
+
 /// `value` (field `name`, flag `flag`) a finite number of seconds in `(0, max]` (or
 /// `[0, max]` where `zero_ok`).
 fn seconds(name: &str, flag: &str, value: f64, zero_ok: bool, max: f64) -> Result<(), String> {
@@ -118,7 +128,8 @@ fn seconds(name: &str, flag: &str, value: f64, zero_ok: bool, max: f64) -> Resul
         Ok(())
     } else {
         Err(format!(
-            "{name} ({flag}) is {value}: it must be a number of seconds {} and at most {max}",
+            "{name} ({flag}) is {}: it must be a number of seconds {} and at most {max}",
+            shown(value),
             if zero_ok { "from 0" } else { "above 0" }
         ))
     }
@@ -166,7 +177,8 @@ impl Profile {
                     && rate_per_sec <= MAX_RATE_PER_SEC)
                 {
                     return Err(format!(
-                        "rate_per_sec (--rate) is {rate_per_sec}: it must be above 0 and at most {MAX_RATE_PER_SEC} requests/s"
+                        "rate_per_sec (--rate) is {}: it must be above 0 and at most {MAX_RATE_PER_SEC} requests/s",
+                        shown(rate_per_sec)
                     ));
                 }
                 users("max_in_flight", "--max-in-flight", max_in_flight, false)?;

@@ -492,8 +492,16 @@ fn check_v2_header(bytes: &[u8]) -> Result<(), String> {
             .get(at..at + len)
             .ok_or("a histogram too short to read")
     };
+    let payload = u32::from_be_bytes(field(4, 4)?.try_into().map_err(|_| "bad header")?);
     let figures = u32::from_be_bytes(field(12, 4)?.try_into().map_err(|_| "bad header")?);
     let highest = u64::from_be_bytes(field(24, 8)?.try_into().map_err(|_| "bad header")?);
+    // The decoder reserves the payload length the header claims before reading it.
+    if usize::try_from(payload).map_or(true, |n| n > bytes.len().saturating_sub(40)) {
+        return Err(format!(
+            "a histogram whose header claims {payload} bytes of counts; it has {}",
+            bytes.len().saturating_sub(40)
+        ));
+    }
     if figures > u32::from(TOTAL_FIGURES) || highest > 2 * HIGHEST_US {
         return Err(format!(
             "a histogram of {figures} significant figures up to {highest} µs; at most {TOTAL_FIGURES} up to {HIGHEST_US}"
@@ -716,6 +724,16 @@ mod tests {
             hostile.into(),
             "significant figures",
         );
+        // One whose header claims 4 GB of counts (found by fuzzing: the decoder
+        // reserved them before reading).
+        let mut header = vec![0u8; 48];
+        header[..4].copy_from_slice(&0x1c84_9303u32.to_be_bytes());
+        header[4..8].copy_from_slice(&0xf000_0028u32.to_be_bytes());
+        header[12..16].copy_from_slice(&2u32.to_be_bytes());
+        header[16..24].copy_from_slice(&1u64.to_be_bytes());
+        header[24..32].copy_from_slice(&600_000_000u64.to_be_bytes());
+        let claims_gigabytes = base64::engine::general_purpose::STANDARD.encode(header);
+        refused(&["latency"], claims_gigabytes.into(), "bytes of counts");
         refused(&["latency"], "not base64!".into(), "not base64");
         assert!(edited(&["started_at_unix_ms"], (START + 5).into()).is_ok());
         assert_eq!(

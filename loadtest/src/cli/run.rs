@@ -65,7 +65,7 @@ pub struct RunArgs {
     /// Start at this time (ms since the Unix epoch), so every shard's steps line up.
     #[arg(long, env = "LOADTEST_START_AT")]
     pub start_at: Option<u64>,
-    /// Write the mergeable record (per-second HDR histograms, outcomes, users) here;
+    /// Write the mergeable record (HDR histograms per interval — 1 s, longer for runs over 20 minutes, at most 1200 intervals — outcomes, users) here;
     /// `-` writes it to stdout as one JSON document.
     #[arg(long)]
     pub record: Option<std::path::PathBuf>,

@@ -96,6 +96,15 @@ async fn json_of(response: reqwest::Response) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
+/// A `400` whose message mentions `needle`.
+fn assert_refused_naming(status: u16, body: &Value, needle: &str) {
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains(needle)),
+        "{body}"
+    );
+}
+
 async fn setup(raw: &Raw) {
     let body = serde_json::to_vec(&json!({"id": "db"})).expect("json");
     let (status, _) = json_of(
@@ -958,19 +967,9 @@ async fn a_query_that_would_hold_too_much_is_refused_and_pages_are_bounded() {
         )
     };
     let (status, body) = json_of(query(array(300), "1000", None).await).await;
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| m.contains("MiB")),
-        "{body}"
-    );
+    assert_refused_naming(status, &body, "MiB");
     let (status, body) = json_of(query(array(100), "1000", None).await).await;
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("64 MiB")),
-        "{body}"
-    );
+    assert_refused_naming(status, &body, "64 MiB");
     // 12 MB of documents come back in pages of at most about 4 MB.
     let (mut rows, mut pages, mut token) = (0, 0, None);
     loop {
@@ -1111,13 +1110,7 @@ async fn the_change_feed_gives_each_change_once_and_304_when_nothing_is_new() {
     let (status, _, body) = read("0", None, "Full-Fidelity Feed").await;
     assert_eq!(status, 400, "{body}");
     let (status, _, body) = read("0", Some("\"not-an-lsn\"".into()), "Incremental Feed").await;
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("if-none-match")),
-        "{body}"
-    );
+    assert_refused_naming(status, &body, "if-none-match");
     let response = raw
         .send(
             reqwest::Method::GET,
@@ -1128,13 +1121,7 @@ async fn the_change_feed_gives_each_change_once_and_304_when_nothing_is_new() {
         )
         .await;
     let (status, body) = json_of(response).await;
-    assert_eq!(status, 400, "the whole container is two ranges: {body}");
-    assert!(
-        body["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("one partition key range")),
-        "{body}"
-    );
+    assert_refused_naming(status, &body, "one partition key range");
 
     // A batch is refused and applies nothing.
     let batch = serde_json::to_vec(&json!([
@@ -1155,13 +1142,7 @@ async fn the_change_feed_gives_each_change_once_and_304_when_nothing_is_new() {
         )
         .await;
     let (status, body) = json_of(response).await;
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("batch")),
-        "{body}"
-    );
+    assert_refused_naming(status, &body, "batch");
     let response = raw
         .send(
             reqwest::Method::GET,

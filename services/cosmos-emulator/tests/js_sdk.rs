@@ -18,14 +18,12 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use common::tool::run;
-use common::{config, Emulator};
+use common::tool::{check_conformance, run};
 
 /// The SDK release the test pins: the newest that runs on Node 20 (4.10 needs Node 22).
 const AZURE_COSMOS: &str = "@azure/cosmos@4.9.3";
 const PARTITIONS: u16 = 3;
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The directory holding `node_modules/@azure/cosmos`, installing the SDK when needed.
 async fn sdk_dir() -> Result<PathBuf, String> {
@@ -57,28 +55,8 @@ async fn the_javascript_sdk_works_with_its_defaults() {
     let sdk = sdk_dir()
         .await
         .unwrap_or_else(|why| panic!("the JavaScript SDK could not be installed: {why}"));
-    let emulator = Emulator::start(config(PARTITIONS)).await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js/conformance.cjs");
-    let outcome = run(
-        Command::new("node")
-            .arg(&script)
-            .env("COSMOS_ENDPOINT", emulator.endpoint())
-            .env("COSMOS_KEY", dronelab_contract::PUBLIC_EMULATOR_KEY)
-            .env("SDK_DIR", &sdk)
-            .env("EXPECTED_PARTITIONS", PARTITIONS.to_string()),
-        SCRIPT_TIMEOUT,
-    )
-    .await;
-    let stats = emulator.stats().await;
-    emulator.stop().await;
-    let printed = outcome.unwrap_or_else(|failure| panic!("{failure}"));
-    println!("{printed}");
-    assert!(
-        printed.contains(" checks passed"),
-        "the script ran to its end:\n{printed}"
-    );
-    assert!(
-        stats.databases.iter().any(|d| d.id == "js-sdk"),
-        "the script wrote to this emulator"
-    );
+    let mut command = Command::new("node");
+    command.arg(&script).env("SDK_DIR", &sdk);
+    check_conformance(command, PARTITIONS, "js-sdk").await;
 }

@@ -16,14 +16,12 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use common::tool::run;
-use common::{config, Emulator};
+use common::tool::{check_conformance, run};
 
 /// The SDK release the test pins (the one whose pipeline the emulator was checked with).
 const AZURE_COSMOS: &str = "azure-cosmos==4.17.1";
 const PARTITIONS: u16 = 3;
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn venv_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-sdk-venv")
@@ -66,29 +64,9 @@ async fn the_python_sdk_queries_through_its_own_pipeline() {
     let python = python_with_sdk()
         .await
         .unwrap_or_else(|why| panic!("the Python SDK could not be installed: {why}"));
-    let emulator = Emulator::start(config(PARTITIONS)).await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/conformance.py");
-    let outcome = run(
-        Command::new(&python)
-            .arg(&script)
-            .env("COSMOS_ENDPOINT", emulator.endpoint())
-            .env("COSMOS_KEY", dronelab_contract::PUBLIC_EMULATOR_KEY)
-            .env("EXPECTED_PARTITIONS", PARTITIONS.to_string())
-            // The SDK's own logging would print every request.
-            .env("PYTHONWARNINGS", "ignore"),
-        SCRIPT_TIMEOUT,
-    )
-    .await;
-    let stats = emulator.stats().await;
-    emulator.stop().await;
-    let printed = outcome.unwrap_or_else(|failure| panic!("{failure}"));
-    println!("{printed}");
-    assert!(
-        printed.contains(" checks passed"),
-        "the script ran to its end:\n{printed}"
-    );
-    assert!(
-        stats.databases.iter().any(|d| d.id == "python-sdk"),
-        "the script wrote to this emulator"
-    );
+    let mut command = Command::new(&python);
+    // The SDK's own logging would print every request.
+    command.arg(&script).env("PYTHONWARNINGS", "ignore");
+    check_conformance(command, PARTITIONS, "python-sdk").await;
 }

@@ -5,6 +5,39 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
+use super::{config, Emulator};
+
+/// How long a conformance script may run.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs an SDK's conformance script (`script`, with its environment already set on it)
+/// against a fresh emulator with `partitions` physical partitions per container: the
+/// script gets `COSMOS_ENDPOINT`, `COSMOS_KEY` and `EXPECTED_PARTITIONS`, must print
+/// "N checks passed" and must have written database `database` to this emulator.
+pub async fn check_conformance(mut script: Command, partitions: u16, database: &str) {
+    let emulator = Emulator::start(config(partitions)).await;
+    let outcome = run(
+        script
+            .env("COSMOS_ENDPOINT", emulator.endpoint())
+            .env("COSMOS_KEY", dronelab_contract::PUBLIC_EMULATOR_KEY)
+            .env("EXPECTED_PARTITIONS", partitions.to_string()),
+        SCRIPT_TIMEOUT,
+    )
+    .await;
+    let stats = emulator.stats().await;
+    emulator.stop().await;
+    let printed = outcome.unwrap_or_else(|failure| panic!("{failure}"));
+    println!("{printed}");
+    assert!(
+        printed.contains(" checks passed"),
+        "the script ran to its end:\n{printed}"
+    );
+    assert!(
+        stats.databases.iter().any(|d| d.id == database),
+        "the script wrote to this emulator"
+    );
+}
+
 /// Runs `command` to the end within `limit`, returning whether it succeeded and what
 /// it printed.
 pub async fn run(command: &mut Command, limit: Duration) -> Result<String, String> {
