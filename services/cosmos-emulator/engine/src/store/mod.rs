@@ -753,27 +753,7 @@ impl Store {
                 database,
                 container,
                 document,
-            } => {
-                let container = self.container(&database, &container)?;
-                let key = LogicalKey::from_document(&document, &container.partition_key)
-                    .map_err(|e| StoreError::Invalid(e.0))?;
-                if let Some(rid) = document.get("_rid").and_then(Value::as_str) {
-                    self.observe_rid(rid);
-                }
-                let size = serde_json::to_vec(&document).map(|v| v.len()).unwrap_or(0);
-                let lsn = document.get("_lsn").and_then(Value::as_u64).unwrap_or(0);
-                let doc = Document {
-                    id: resource_id_field(&document)?,
-                    partition_key: key.json.clone(),
-                    epk: key.epk.clone(),
-                    body: document,
-                    size,
-                    lsn,
-                };
-                let partition = container.partition_for(&key);
-                partition.observe_lsn(lsn);
-                partition.write().put(doc);
-            }
+            } => self.replay_put(&database, &container, document)?,
             Record::DeleteDocument {
                 database,
                 container,
@@ -786,6 +766,30 @@ impl Store {
                 container.partition_for(&key).write().remove(&key.json, &id);
             }
         }
+        Ok(())
+    }
+
+    /// Replays one stored document, keeping its `_lsn` so the change feed resumes where it was.
+    fn replay_put(&self, database: &str, container: &str, document: Value) -> StoreResult<()> {
+        let container = self.container(database, container)?;
+        let key = LogicalKey::from_document(&document, &container.partition_key)
+            .map_err(|e| StoreError::Invalid(e.0))?;
+        if let Some(rid) = document.get("_rid").and_then(Value::as_str) {
+            self.observe_rid(rid);
+        }
+        let size = serde_json::to_vec(&document).map(|v| v.len()).unwrap_or(0);
+        let lsn = document.get("_lsn").and_then(Value::as_u64).unwrap_or(0);
+        let doc = Document {
+            id: resource_id_field(&document)?,
+            partition_key: key.json.clone(),
+            epk: key.epk.clone(),
+            body: document,
+            size,
+            lsn,
+        };
+        let partition = container.partition_for(&key);
+        partition.observe_lsn(lsn);
+        partition.write().put(doc);
         Ok(())
     }
 
