@@ -30,12 +30,14 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const USER_SECRET: &str = "cosmos-account";
 /// The namespace every object goes into (it enforces Pod Security "restricted").
 pub const NAMESPACE: &str = "dronelab";
+/// The label that carries [`VERSION`].
+const VERSION_LABEL: &str = "app.kubernetes.io/version";
 /// Labels every workload and pod template carries.
 pub const REQUIRED_LABELS: [&str; 4] = [
     "app.kubernetes.io/name",
     "app.kubernetes.io/component",
     "app.kubernetes.io/part-of",
-    "app.kubernetes.io/version",
+    VERSION_LABEL,
 ];
 
 /// What the contract needs to know of a binary in the image.
@@ -221,6 +223,30 @@ pub fn check(manifests: &Manifests) -> Vec<String> {
     problems.extend(check_services(manifests, &workloads));
     problems.extend(check_disruption_budget(manifests, &workloads));
     problems.extend(check_namespaces(manifests));
+    problems.extend(check_claim_templates(manifests));
+    problems
+}
+
+/// A StatefulSet's volumeClaimTemplates are immutable: a label that changes with each
+/// release there makes re-applying the StatefulSet after a version bump fail (422).
+fn check_claim_templates(manifests: &Manifests) -> Vec<String> {
+    let mut problems = Vec::new();
+    for set in &manifests.stateful_sets {
+        let name = set.metadata.name.as_deref().unwrap_or_default();
+        let templates = set
+            .spec
+            .iter()
+            .flat_map(|s| s.volume_claim_templates.iter().flatten());
+        for template in templates {
+            let labels = template.metadata.labels.iter().flatten();
+            for (label, _) in labels.filter(|(l, _)| l.as_str() == VERSION_LABEL) {
+                problems.push(format!(
+                    "StatefulSet/{name}: volumeClaimTemplate {} carries {label}, which changes with each release and cannot change there",
+                    template.metadata.name.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+    }
     problems
 }
 
@@ -302,10 +328,7 @@ fn check_workload(workload: &Workload) -> Vec<String> {
                 problems.push(format!("{what} lacks label {label}"));
             }
         }
-        if labels
-            .get("app.kubernetes.io/version")
-            .is_some_and(|v| v != VERSION)
-        {
+        if labels.get(VERSION_LABEL).is_some_and(|v| v != VERSION) {
             problems.push(format!("{what}: version label is not {VERSION}"));
         }
         if labels
@@ -315,7 +338,7 @@ fn check_workload(workload: &Workload) -> Vec<String> {
             problems.push(format!("{what}: part-of label is not dronelab"));
         }
     }
-    if workload.selector.contains_key("app.kubernetes.io/version") {
+    if workload.selector.contains_key(VERSION_LABEL) {
         problems.push("the selector holds the version: it would change on upgrade".into());
     }
     if !workload.selected_by(&workload.selector) {

@@ -5,6 +5,7 @@
 //! The render tests need kubectl, so `cargo test` ignores them and `.ci/run` runs them
 //! (`-- --ignored`), where a missing kubectl fails them.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use axum::body::Body;
@@ -12,6 +13,7 @@ use axum::http::{Request, StatusCode};
 use clap::Parser;
 use k8s_harness::render::{self, Manifests};
 use k8s_harness::{contract, k8s_dir};
+use k8s_manifests::access;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use service_kit::Telemetry;
@@ -184,6 +186,24 @@ fn broken_manifests_are_caught() {
         }),
         "is not in the namespace dronelab",
     );
+    // The release's version in an immutable claim template.
+    let mut with_emulator = rendered("local/3-parallel");
+    let claim = with_emulator
+        .stateful_sets
+        .iter_mut()
+        .flat_map(|s| s.spec.iter_mut())
+        .flat_map(|s| s.volume_claim_templates.iter_mut().flatten())
+        .next()
+        .expect("the emulator's claim template");
+    claim
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("app.kubernetes.io/version".into(), "0.1.0".into());
+    assert_caught(
+        &contract::check(&with_emulator),
+        "volumeClaimTemplate data carries app.kubernetes.io/version",
+    );
     // A readiness probe on a path of the wrong kind.
     assert_caught(
         &problems_after(|m| {
@@ -313,4 +333,87 @@ fn the_loadgen_component_is_the_job_tune_creates() {
         text,
         "the file is exactly what `k8s-harness loadgen` prints"
     );
+}
+
+fn tune_role() -> k8s_openapi::api::rbac::v1::Role {
+    let path = k8s_dir().join("rbac/tune.yaml");
+    let yaml = std::fs::read_to_string(&path).expect("k8s/rbac/tune.yaml");
+    serde_saphyr::from_str(&yaml).expect("a Role")
+}
+
+/// One line per permission, for a readable difference.
+fn lines(permissions: &BTreeSet<access::Permission>) -> Vec<String> {
+    permissions
+        .iter()
+        .map(|(group, resource, verb)| match group.as_str() {
+            "" => format!("{verb} {resource}"),
+            _ => format!("{verb} {group}/{resource}"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_tune_role_grants_every_fixed_call_and_only_apply_beyond_them() {
+    let granted = access::granted(&tune_role());
+    let fixed = access::needed([]);
+    let missing: Vec<String> = lines(&fixed.difference(&granted).cloned().collect());
+    assert!(missing.is_empty(), "k8s/rbac/tune.yaml lacks {missing:?}");
+    let beyond: Vec<String> = lines(
+        &granted
+            .difference(&fixed)
+            .filter(|(_, _, verb)| !access::APPLY_VERBS.contains(&verb.as_str()))
+            .cloned()
+            .collect(),
+    );
+    assert!(
+        beyond.is_empty(),
+        "k8s/rbac/tune.yaml grants what no call needs: {beyond:?}"
+    );
+}
+
+/// Every overlay directory under `dir` (the stage overlays and the local ones).
+fn overlay_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.join("kustomization.yaml").is_file() {
+            found.push(path.clone());
+        }
+        if path.is_dir() {
+            found.extend(overlay_dirs(&path));
+        }
+    }
+    found
+}
+
+#[test]
+#[ignore = "needs kubectl (run by .ci/run)"]
+fn the_tune_role_grants_exactly_what_a_cluster_run_calls() {
+    require_kubectl();
+    let mut applied: BTreeSet<(String, String)> = BTreeSet::new();
+    let overlays = overlay_dirs(&k8s_dir().join("overlays"));
+    assert!(
+        overlays.len() >= 9,
+        "the stage, local and production overlays"
+    );
+    for overlay in overlays {
+        let yaml = k8s_manifests::overlay::render(&overlay).expect("overlay renders");
+        for object in k8s_manifests::overlay::objects(&yaml).expect("objects") {
+            let types = object.types.expect("rendered objects carry their types");
+            let gvk = kube_core::GroupVersionKind::try_from(&types).expect("apiVersion");
+            let resource = kube_core::ApiResource::from_gvk(&gvk);
+            applied.insert((resource.group, resource.plural));
+        }
+    }
+    let needed = access::needed(applied.iter().map(|(g, p)| (g.as_str(), p.as_str())));
+    let granted = access::granted(&tune_role());
+    let lacking = lines(&needed.difference(&granted).cloned().collect());
+    let extra = lines(&granted.difference(&needed).cloned().collect());
+    assert!(
+        lacking.is_empty() && extra.is_empty(),
+        "k8s/rbac/tune.yaml lacks {lacking:?} and grants beyond the calls {extra:?}"
+    );
+    // Without the Secret the emulator component generates, the README's local run
+    // would be refused at its first apply.
+    assert!(granted.contains(&("".into(), "secrets".into(), "create".into())));
 }

@@ -43,6 +43,13 @@ pub fn objects(yaml: &str) -> Result<Vec<DynamicObject>, String> {
         .collect()
 }
 
+/// Puts a rendered object where it is applied: a namespaced one into `namespace` (the
+/// overlays render `dronelab`; a run in another namespace would otherwise be refused
+/// with a namespace mismatch), a cluster-scoped one (`None`) into none.
+pub fn place(object: &mut DynamicObject, namespace: Option<&str>) {
+    object.metadata.namespace = namespace.map(str::to_owned);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +72,15 @@ mod tests {
             "-1"
         );
         assert!(super::objects("kind: [").is_err());
+    }
+
+    #[test]
+    fn objects_are_placed_in_the_run_namespace_or_none() {
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata:\n  name: gateway\n  namespace: dronelab\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: reader\n  namespace: dronelab\n";
+        let mut objects = objects(yaml).expect("objects");
+        place(&mut objects[0], Some("lab-2"));
+        place(&mut objects[1], None);
+        assert_eq!(objects[0].metadata.namespace.as_deref(), Some("lab-2"));
+        assert_eq!(objects[1].metadata.namespace, None);
     }
 }

@@ -8,7 +8,8 @@
 //! - [`connection`]: keep-alive connections driven inside the task that sends on them;
 //! - [`record`]: a run's result per interval (outcomes, users, HDR histograms) and in
 //!   total, bounded whatever the run's length, checked when read, mergeable;
-//! - [`shard`]: one generator's exact part of a profile that several drive together.
+//! - [`shard`]: one generator's exact part of a profile that several drive together;
+//! - [`start`]: when a shard starts, on time or late, given the common start.
 //!
 //! It knows nothing of the system under load: what a request asks for comes from the
 //! caller's [`Requests`], and a 2xx answer counts as partial only if the caller names a
@@ -19,6 +20,7 @@ pub mod profile;
 pub mod record;
 pub mod run;
 pub mod shard;
+pub mod start;
 pub mod target;
 
 pub use profile::Profile;

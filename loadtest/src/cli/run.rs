@@ -2,11 +2,11 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use dronelab_contract::{Invoice, Service};
 use dronelab_study::{DataSet, OwnerMonths};
-use loadgen::{LoadSummary, Outcome, Profile, RunOptions, Shard, Target};
+use loadgen::{start, LoadSummary, Outcome, Profile, RunOptions, Shard, Target};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ProfileKind {
@@ -74,30 +74,6 @@ pub struct RunArgs {
     pub record_samples: bool,
 }
 
-/// The longest a shard waits for `--start-at`.
-const MAX_START_WAIT: Duration = Duration::from_secs(3600);
-/// How late a shard may start and still count as on time.
-const START_TOLERANCE: Duration = Duration::from_secs(2);
-
-/// `--start-at` as a time, if it is neither past nor too far ahead.
-fn start_time(start_at_ms: u64) -> Result<SystemTime, String> {
-    let at = UNIX_EPOCH + Duration::from_millis(start_at_ms);
-    let now = SystemTime::now();
-    match at.duration_since(now) {
-        Ok(ahead) if ahead > MAX_START_WAIT => Err(format!(
-            "--start-at is {:.0} s ahead; at most {} s",
-            ahead.as_secs_f64(),
-            MAX_START_WAIT.as_secs()
-        )),
-        Ok(_) => Ok(at),
-        Err(late) if late.duration() <= START_TOLERANCE => Ok(now),
-        Err(late) => Err(format!(
-            "--start-at was {:.1} s ago: the other shards have started; give a time ahead",
-            late.duration().as_secs_f64()
-        )),
-    }
-}
-
 impl RunArgs {
     /// The profile the flags describe, every value checked (the error names the flag).
     pub fn profile(&self) -> Result<Profile, String> {
@@ -151,7 +127,10 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         .map_err(|why| format!("--target {}: {why}", args.target))?;
     let options = RunOptions {
         shard: args.shard,
-        start_at: args.start_at.map(start_time).transpose()?,
+        start_at: match args.start_at {
+            Some(at) => Some(start_announced(start::start_time(at, SystemTime::now())?)),
+            None => None,
+        },
         keep_samples: args.record_samples,
         // With the record on stdout, progress would only get in the way.
         show_progress: args.record.as_deref() != Some(Path::new("-")),
@@ -167,6 +146,17 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         write_json(path, &summary)?;
     }
     Ok(())
+}
+
+/// The start, saying on stderr when it is late (a pod's log shows it).
+fn start_announced(start: start::Start) -> SystemTime {
+    if let start::Start::Late { by, .. } = start {
+        eprintln!(
+            "starting {:.1} s after --start-at: the merge places this shard's intervals where they ran",
+            by.as_secs_f64()
+        );
+    }
+    start.at()
 }
 
 /// Writes `value` as JSON to `path`, or to stdout for `-`.

@@ -1,24 +1,36 @@
 //! The thin layer that talks to the Kubernetes API server: connecting through a
 //! kubeconfig context, server-side apply of a rendered overlay, waiting for a rollout,
-//! and running the load generators' Job and reading its pods' logs. Nothing here can run
-//! on a machine without a cluster; everything it decides on is plain data tested
-//! elsewhere (`rollout`, and the objects in `k8s-manifests`).
+//! port-forwards, and running the load generators' Job and reading its pods' logs.
+//! Nothing here can run on a machine without a cluster; everything it decides on is
+//! plain data tested elsewhere (`pods`, `prune`, `rollout`, `schedule`, and the objects
+//! and calls in `k8s-manifests`). Every request names its [`Call`], whose RBAC rule
+//! `k8s/rbac/tune.yaml` grants.
 
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{DynamicObject, GroupVersionKind};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, TypeMeta};
+use kube::discovery::{ApiCapabilities, Scope};
 
+use super::pods::{log_tail, pod_problem, ready_pod, JOB_UID_LABEL};
+use super::prune::{stale_config_maps, PART_OF};
 use super::rollout::{rollout, Rollout};
+use k8s_manifests::access::Call;
 use k8s_manifests::loadgen_job::{self, LoadgenJob};
+use k8s_manifests::overlay;
 use loadgen::LoadRecord;
 
 /// The field manager of everything the run applies.
-const FIELD_MANAGER: &str = "dronelab-tune";
+pub const FIELD_MANAGER: &str = "dronelab-tune";
+/// Log lines of a failed load pod shown in the error.
+const FAILED_LOG_LINES: usize = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -29,18 +41,21 @@ pub enum ClusterError {
     #[error("cannot reach the cluster of context {context:?}: {reason}")]
     Connect { context: String, reason: String },
     #[error(
-        "forbidden: {verb} on {resource} in namespace {namespace} ({message}); grant it with k8s/rbac/tune.yaml"
+        "forbidden: {call} in namespace {namespace} ({message}); k8s/rbac/tune.yaml grants what a run needs — apply it and bind it to you (k8s/README.md)"
     )]
     Forbidden {
-        verb: &'static str,
-        resource: String,
+        call: String,
         namespace: String,
         message: String,
     },
-    #[error("{verb} {resource}: {reason}")]
-    Api {
-        verb: &'static str,
-        resource: String,
+    #[error("{call}: {reason}")]
+    Api { call: String, reason: String },
+    #[error(
+        "the cluster does not serve {api_version} {kind} ({reason}): install what provides it, or leave the component that renders it out of the overlay"
+    )]
+    NotServed {
+        api_version: String,
+        kind: String,
         reason: String,
     },
     #[error("{deployment} did not finish rolling out within {secs} s: {why}")]
@@ -49,13 +64,19 @@ pub enum ClusterError {
         secs: u64,
         why: String,
     },
+    #[error("{deployment} failed to roll out: {why}")]
+    RolloutFailed { deployment: String, why: String },
+    #[error("port-forward to {app}: {reason}")]
+    Forward { app: String, reason: String },
     #[error("the load generators failed: {0}")]
     Loadgen(String),
 }
 
-/// A port-forward to an in-cluster service; it stops when dropped.
+/// A port-forward to an in-cluster app; it stops when dropped.
 pub struct PortForward {
     pub url: url::Url,
+    /// The pod the first connection reached (later ones follow rollouts).
+    pub pod: String,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -65,7 +86,8 @@ impl Drop for PortForward {
     }
 }
 
-/// A connection to one namespace of one cluster.
+/// A connection to one namespace of one cluster (cheap to clone: one connection pool).
+#[derive(Clone)]
 pub struct Cluster {
     client: kube::Client,
     pub namespace: String,
@@ -73,7 +95,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The API client (cheap to clone: it shares one connection pool).
+    /// The API client.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
     }
@@ -120,75 +142,156 @@ impl Cluster {
         })
     }
 
-    fn error(
-        &self,
-        verb: &'static str,
-        resource: impl Into<String>,
-        e: kube::Error,
-    ) -> ClusterError {
-        let resource = resource.into();
+    fn error(&self, call: impl Into<String>, e: kube::Error) -> ClusterError {
+        let call = call.into();
         match e {
             kube::Error::Api(status) if status.code == 403 => ClusterError::Forbidden {
-                verb,
-                resource,
+                call,
                 namespace: self.namespace.clone(),
                 message: status.message,
             },
             other => ClusterError::Api {
-                verb,
-                resource,
+                call,
                 reason: other.to_string(),
             },
         }
     }
 
-    /// Server-side applies every object (forcing ownership of the fields it sets).
-    pub async fn apply(&self, objects: &[DynamicObject]) -> Result<(), ClusterError> {
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        for object in objects {
-            let types = object.types.clone().unwrap_or_default();
-            let gvk = GroupVersionKind::try_from(&types).map_err(|e| ClusterError::Api {
-                verb: "apply",
-                resource: format!("{types:?}"),
-                reason: e.to_string(),
-            })?;
-            let name = object.metadata.name.clone().unwrap_or_default();
-            let resource = format!("{}/{name}", gvk.kind);
-            let (api_resource, _) = kube::discovery::pinned_kind(&self.client, &gvk)
-                .await
-                .map_err(|e| self.error("discover", gvk.kind.clone(), e))?;
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.client.clone(), &self.namespace, &api_resource);
-            api.patch(&name, &params, &Patch::Apply(object))
-                .await
-                .map_err(|e| self.error("patch", resource, e))?;
-        }
-        Ok(())
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// Forwards a fresh loopback port to `port` of a running pod of `app`
-    /// (`app.kubernetes.io/name`) through the API server, as `kubectl port-forward`
-    /// does; each connection gets its own stream. Lasts as long as the returned guard.
-    pub async fn port_forward(&self, app: &str, port: u16) -> Result<PortForward, ClusterError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = ListParams::default()
-            .labels(&format!("app.kubernetes.io/name={app}"))
-            .fields("status.phase=Running");
-        let pod = pods
+    /// The API server's clock (its `Date` header), which the pods' nodes follow more
+    /// closely than this machine does; `None` if it sends none.
+    pub async fn server_time(&self) -> Option<SystemTime> {
+        let request = http::Request::get("/version")
+            .body(kube::client::Body::from(Vec::new()))
+            .ok()?;
+        let response = self.client.send(request).await.ok()?;
+        let date = response.headers().get(http::header::DATE)?.to_str().ok()?;
+        httpdate::parse_http_date(date).ok()
+    }
+
+    /// Server-side applies every object (forcing ownership of the fields it sets), each
+    /// where its discovered scope puts it: namespaced ones into the run's namespace.
+    /// Returns the names of the ConfigMaps applied (see [`Cluster::prune_config_maps`]).
+    pub async fn apply(
+        &self,
+        objects: Vec<DynamicObject>,
+    ) -> Result<BTreeSet<String>, ClusterError> {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let mut discovered: BTreeMap<String, (ApiResource, ApiCapabilities)> = BTreeMap::new();
+        let mut config_maps = BTreeSet::new();
+        for mut object in objects {
+            let types = object.types.clone().unwrap_or_default();
+            let key = format!("{}/{}", types.api_version, types.kind);
+            if !discovered.contains_key(&key) {
+                discovered.insert(key.clone(), self.discover(&types).await?);
+            }
+            let Some((resource, capabilities)) = discovered.get(&key) else {
+                continue;
+            };
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let api: Api<DynamicObject> = match capabilities.scope {
+                Scope::Namespaced => {
+                    overlay::place(&mut object, Some(&self.namespace));
+                    Api::namespaced_with(self.client.clone(), &self.namespace, resource)
+                }
+                Scope::Cluster => {
+                    overlay::place(&mut object, None);
+                    Api::all_with(self.client.clone(), resource)
+                }
+            };
+            api.patch(&name, &params, &Patch::Apply(&object))
+                .await
+                .map_err(|e| {
+                    self.error(
+                        format!("apply (create+patch) {}/{name}", resource.plural),
+                        e,
+                    )
+                })?;
+            if types.kind == "ConfigMap" {
+                config_maps.insert(name);
+            }
+        }
+        Ok(config_maps)
+    }
+
+    /// The resource and scope of a kind, as the API server serves it.
+    async fn discover(
+        &self,
+        types: &TypeMeta,
+    ) -> Result<(ApiResource, ApiCapabilities), ClusterError> {
+        let not_served = |reason: String| ClusterError::NotServed {
+            api_version: types.api_version.clone(),
+            kind: types.kind.clone(),
+            reason,
+        };
+        let gvk = GroupVersionKind::try_from(types).map_err(|e| not_served(e.to_string()))?;
+        match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok(found) => Ok(found),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Err(not_served(format!("404 {}", status.message)))
+            }
+            Err(e @ kube::Error::Discovery(_)) => Err(not_served(e.to_string())),
+            Err(e) => Err(self.error(format!("discover {}", types.kind), e)),
+        }
+    }
+
+    /// Deletes the ConfigMaps an earlier apply made that `applied` (the current
+    /// overlay's) no longer holds. Failures are reported, never fatal: the run's
+    /// figures do not depend on them.
+    pub async fn prune_config_maps(&self, applied: &BTreeSet<String>) {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let existing = match api.list(&ListParams::default().labels(PART_OF)).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                eprintln!("  {}", self.error(Call::ListConfigMaps.describe(), e));
+                return;
+            }
+        };
+        for name in stale_config_maps(&existing, applied, FIELD_MANAGER) {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => eprintln!("  pruned ConfigMap {name} (an earlier stage's)"),
+                Err(e) => eprintln!(
+                    "  {}",
+                    self.error(format!("{} {name}", Call::DeleteConfigMap.describe()), e)
+                ),
+            }
+        }
+    }
+
+    /// A Ready, not terminating pod of `app` (`app.kubernetes.io/name`).
+    async fn ready_pod_of(&self, app: &str) -> Result<String, ClusterError> {
+        let selector = ListParams::default().labels(&format!("app.kubernetes.io/name={app}"));
+        let pods = self
+            .pods()
             .list(&selector)
             .await
-            .map_err(|e| self.error("list", "pods", e))?
-            .items
-            .into_iter()
-            .find_map(|p| p.metadata.name)
-            .ok_or_else(|| ClusterError::Api {
-                verb: "port-forward",
-                resource: format!("pods of {app}"),
-                reason: "none is running".into(),
-            })?;
-        let failed = |reason: String| ClusterError::Api {
-            verb: "port-forward",
-            resource: format!("pods/{pod}"),
+            .map_err(|e| self.error(Call::ListPods.describe(), e))?;
+        ready_pod(&pods.items)
+            .map(str::to_owned)
+            .ok_or_else(|| ClusterError::Forward {
+                app: app.to_owned(),
+                reason: format!("none of its {} pods is ready", pods.items.len()),
+            })
+    }
+
+    /// Forwards a fresh loopback port to `port` of a ready pod of `app`
+    /// (`app.kubernetes.io/name`) through the API server, as `kubectl port-forward`
+    /// does. One forward is opened at once, so missing rights or a missing app fail
+    /// here, clearly; then each connection gets its own stream to the newest ready pod
+    /// (a rollout or a restart does not break the forward). Lasts as long as the guard.
+    pub async fn port_forward(&self, app: &str, port: u16) -> Result<PortForward, ClusterError> {
+        let pod = self.ready_pod_of(app).await?;
+        let forwarder = self
+            .pods()
+            .portforward(&pod, &[port])
+            .await
+            .map_err(|e| self.error(format!("{} ({pod})", Call::PortForward.describe()), e))?;
+        forwarder.abort();
+        let failed = |reason: String| ClusterError::Forward {
+            app: app.to_owned(),
             reason,
         };
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
@@ -197,33 +300,66 @@ impl Cluster {
         let local = listener.local_addr().map_err(|e| failed(e.to_string()))?;
         let url =
             url::Url::parse(&format!("http://{local}/")).map_err(|e| failed(e.to_string()))?;
+        let cluster = self.clone();
+        let app = app.to_owned();
+        let errors = Arc::new(AtomicU64::new(0));
         let forwarding = tokio::spawn(async move {
-            while let Ok((mut connection, _)) = listener.accept().await {
-                let (pods, pod) = (pods.clone(), pod.clone());
+            while let Ok((connection, _)) = listener.accept().await {
+                let (cluster, app, errors) = (cluster.clone(), app.clone(), errors.clone());
                 tokio::spawn(async move {
-                    let Ok(mut forwarder) = pods.portforward(&pod, &[port]).await else {
-                        return;
-                    };
-                    if let Some(mut upstream) = forwarder.take_stream(port) {
-                        let _ = tokio::io::copy_bidirectional(&mut connection, &mut upstream).await;
+                    if let Err(e) = cluster.forward_one(connection, &app, port).await {
+                        // Said the first few times and then every 100th: a broken forward
+                        // shows, a long run's log does not fill with it.
+                        let n = errors.fetch_add(1, Ordering::Relaxed);
+                        if n < 3 || n % 100 == 0 {
+                            eprintln!("  {e} (failed forwards so far: {})", n + 1);
+                        }
                     }
-                    forwarder.abort();
                 });
             }
         });
         Ok(PortForward {
             url,
+            pod,
             task: forwarding,
         })
+    }
+
+    /// One forwarded connection, to the pod of `app` that is ready now.
+    async fn forward_one(
+        &self,
+        mut connection: tokio::net::TcpStream,
+        app: &str,
+        port: u16,
+    ) -> Result<(), ClusterError> {
+        let pod = self.ready_pod_of(app).await?;
+        let mut forwarder = self
+            .pods()
+            .portforward(&pod, &[port])
+            .await
+            .map_err(|e| self.error(format!("{} ({pod})", Call::PortForward.describe()), e))?;
+        let Some(mut upstream) = forwarder.take_stream(port) else {
+            forwarder.abort();
+            return Err(ClusterError::Forward {
+                app: app.to_owned(),
+                reason: format!("no stream to port {port} of {pod}"),
+            });
+        };
+        // The connection ends when either side closes; its errors are the caller's.
+        let _ = tokio::io::copy_bidirectional(&mut connection, &mut upstream).await;
+        forwarder.abort();
+        Ok(())
     }
 
     /// The image a Deployment's first container runs (the load generators use the same).
     pub async fn image_of(&self, deployment: &str) -> Result<String, ClusterError> {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
-        let found = api
-            .get(deployment)
-            .await
-            .map_err(|e| self.error("get", format!("deployments/{deployment}"), e))?;
+        let found = api.get(deployment).await.map_err(|e| {
+            self.error(
+                format!("{} ({deployment})", Call::GetDeployment.describe()),
+                e,
+            )
+        })?;
         Ok(found
             .spec
             .and_then(|s| s.template.spec)
@@ -232,7 +368,8 @@ impl Cluster {
             .unwrap_or_else(|| "dronelab".into()))
     }
 
-    /// Waits until `deployment` has rolled out; on timeout, says which pods hold it up.
+    /// Waits until `deployment` has rolled out; on timeout or when the controller gives
+    /// up, says which pods hold it up.
     pub async fn wait_rollout(
         &self,
         deployment: &str,
@@ -241,16 +378,29 @@ impl Cluster {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
         let started = Instant::now();
         loop {
-            let current = api
-                .get(deployment)
-                .await
-                .map_err(|e| self.error("get", format!("deployments/{deployment}"), e))?;
+            let current = api.get(deployment).await.map_err(|e| {
+                self.error(
+                    format!("{} ({deployment})", Call::GetDeployment.describe()),
+                    e,
+                )
+            })?;
             let why = match rollout(&current) {
                 Rollout::Complete => return Ok(()),
+                Rollout::Failed(why) => {
+                    let pods = self
+                        .problems_of(&format!("app.kubernetes.io/name={deployment}"))
+                        .await;
+                    return Err(ClusterError::RolloutFailed {
+                        deployment: deployment.to_owned(),
+                        why: format!("{why}; {pods}"),
+                    });
+                }
                 Rollout::Waiting(why) => why,
             };
             if started.elapsed() > timeout {
-                let pods = self.pod_problems(deployment).await;
+                let pods = self
+                    .problems_of(&format!("app.kubernetes.io/name={deployment}"))
+                    .await;
                 return Err(ClusterError::RolloutTimeout {
                     deployment: deployment.to_owned(),
                     secs: timeout.as_secs(),
@@ -261,39 +411,24 @@ impl Cluster {
         }
     }
 
-    /// What is wrong with the pods of `app` (`app.kubernetes.io/name`): their unready
-    /// conditions, waiting containers, and warning events.
-    async fn pod_problems(&self, app: &str) -> String {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+    /// What is wrong with the pods `selector` picks: each one's problem and its
+    /// warning events; for a failed load pod, the last lines of its log.
+    async fn problems_of(&self, selector: &str) -> String {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = ListParams::default().labels(&format!("app.kubernetes.io/name={app}"));
-        let Ok(list) = pods.list(&selector).await else {
-            return "its pods could not be listed".into();
+        let list = match self
+            .pods()
+            .list(&ListParams::default().labels(selector))
+            .await
+        {
+            Ok(list) => list.items,
+            Err(e) => return format!("its pods could not be listed ({e})"),
         };
         let mut lines = Vec::new();
-        for pod in list {
+        for pod in &list {
+            let Some(mut line) = pod_problem(pod) else {
+                continue;
+            };
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let status = pod.status.unwrap_or_default();
-            let waiting: Vec<String> = status
-                .container_statuses
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|c| c.state?.waiting)
-                .map(|w| {
-                    format!(
-                        "{} ({})",
-                        w.reason.unwrap_or_default(),
-                        w.message.unwrap_or_default()
-                    )
-                })
-                .collect();
-            let unready: Vec<String> = status
-                .conditions
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|c| c.status != "True")
-                .map(|c| format!("{} {}", c.type_, c.reason.unwrap_or_default()))
-                .collect();
             let warnings: Vec<String> = events
                 .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
                 .await
@@ -305,65 +440,124 @@ impl Cluster {
                         .collect()
                 })
                 .unwrap_or_default();
-            lines.push(format!(
-                "pod {name}: waiting [{}], not ready [{}], warnings [{}]",
-                waiting.join("; "),
-                unready.join("; "),
-                warnings.join("; ")
-            ));
+            if !warnings.is_empty() {
+                line.push_str(&format!("; warnings: {}", warnings.join("; ")));
+            }
+            if pod
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(JOB_UID_LABEL))
+            {
+                if let Ok(log) = self.loadgen_log(&name, Some(FAILED_LOG_LINES)).await {
+                    line.push_str(&format!(
+                        "; its log ends: {}",
+                        log_tail(&log, FAILED_LOG_LINES)
+                    ));
+                }
+            }
+            lines.push(line);
         }
-        if lines.is_empty() {
-            format!("no pods of {app}")
-        } else {
-            lines.join(" | ")
+        match (lines.is_empty(), list.len()) {
+            (_, 0) => format!("no pods match {selector}"),
+            (true, n) => format!("its {n} pods show no problem"),
+            (false, _) => lines.join(" | "),
         }
     }
 
-    /// Runs the load generators' Job (replacing a previous one) and returns every
-    /// pod's record.
+    /// A load generator pod's log, from its own container (a mesh may add sidecars).
+    async fn loadgen_log(&self, pod: &str, tail: Option<usize>) -> Result<String, ClusterError> {
+        let params = LogParams {
+            container: Some(loadgen_job::NAME.to_owned()),
+            tail_lines: tail.map(|n| n as i64),
+            ..LogParams::default()
+        };
+        self.pods()
+            .logs(pod, &params)
+            .await
+            .map_err(|e| self.error(format!("{} ({pod})", Call::GetPodLog.describe()), e))
+    }
+
+    /// Runs the load generators' Job (replacing a previous one) with its pods' common
+    /// start `lead` after the API server's time once the old Job is gone, and returns
+    /// every pod's record and that start. The Job is deleted on every way out.
     pub async fn run_loadgen(
         &self,
-        spec: &LoadgenJob,
+        mut spec: LoadgenJob,
+        lead: Duration,
         timeout: Duration,
-    ) -> Result<Vec<LoadRecord>, ClusterError> {
+    ) -> Result<(Vec<LoadRecord>, SystemTime), ClusterError> {
         let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
-        let resource = format!("jobs/{}", loadgen_job::NAME);
         match jobs
-            .delete(loadgen_job::NAME, &DeleteParams::background())
+            .delete(loadgen_job::NAME, &DeleteParams::foreground())
             .await
         {
             Ok(_) => self.wait_gone(&jobs).await?,
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(self.error("delete", resource, e)),
+            Err(e) => return Err(self.error(Call::DeleteJob.describe(), e)),
         }
-        jobs.create(&PostParams::default(), &spec.job())
+        let start = super::common_start(self.server_time().await, SystemTime::now(), lead);
+        spec.start_at_unix_ms = Some(loadgen::unix_ms(start));
+        let created = jobs
+            .create(&PostParams::default(), &spec.job())
             .await
-            .map_err(|e| self.error("create", resource.clone(), e))?;
+            .map_err(|e| self.error(Call::CreateJob.describe(), e))?;
+        let outcome = match created.metadata.uid {
+            Some(uid) => self.follow_job(&jobs, &uid, spec.pods, timeout).await,
+            None => Err(ClusterError::Loadgen("the created Job has no uid".into())),
+        };
+        self.delete_loadgen().await;
+        outcome.map(|records| (records, start))
+    }
+
+    /// Waits for the Job to succeed or fail and collects the records.
+    async fn follow_job(
+        &self,
+        jobs: &Api<Job>,
+        uid: &str,
+        pods: u32,
+        timeout: Duration,
+    ) -> Result<Vec<LoadRecord>, ClusterError> {
+        let selector = format!("{JOB_UID_LABEL}={uid}");
         let started = Instant::now();
         loop {
             let job = jobs
                 .get(loadgen_job::NAME)
                 .await
-                .map_err(|e| self.error("get", resource.clone(), e))?;
+                .map_err(|e| self.error(Call::GetJob.describe(), e))?;
             let status = job.status.unwrap_or_default();
             if status.failed.unwrap_or(0) > 0 {
-                return Err(ClusterError::Loadgen(
-                    self.pod_problems(loadgen_job::NAME).await,
-                ));
+                return Err(ClusterError::Loadgen(self.problems_of(&selector).await));
             }
-            if status.succeeded.unwrap_or(0) >= i32::try_from(spec.pods).unwrap_or(i32::MAX) {
-                break;
+            if status.succeeded.unwrap_or(0) >= i32::try_from(pods).unwrap_or(i32::MAX) {
+                return self.records(&selector).await;
             }
             if started.elapsed() > timeout {
                 return Err(ClusterError::Loadgen(format!(
                     "not done within {} s: {}",
                     timeout.as_secs(),
-                    self.pod_problems(loadgen_job::NAME).await
+                    self.problems_of(&selector).await
                 )));
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        self.records().await
+    }
+
+    /// Deletes the load generators' Job and its pods (foreground: the Job goes once its
+    /// pods have), saying so if it cannot.
+    pub async fn delete_loadgen(&self) {
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
+        match jobs
+            .delete(loadgen_job::NAME, &DeleteParams::foreground())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => eprintln!(
+                "  the load generators' Job is left running: {}",
+                self.error(Call::DeleteJob.describe(), e)
+            ),
+        }
     }
 
     async fn wait_gone(&self, jobs: &Api<Job>) -> Result<(), ClusterError> {
@@ -371,7 +565,7 @@ impl Cluster {
             if jobs
                 .get_opt(loadgen_job::NAME)
                 .await
-                .map_err(|e| self.error("get", format!("jobs/{}", loadgen_job::NAME), e))?
+                .map_err(|e| self.error(Call::GetJob.describe(), e))?
                 .is_none()
             {
                 return Ok(());
@@ -379,25 +573,21 @@ impl Cluster {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         Err(ClusterError::Loadgen(
-            "the previous Job is still being deleted".into(),
+            "the previous Job is still being deleted after 60 s".into(),
         ))
     }
 
-    /// The last record line of every load-generator pod's log.
-    async fn records(&self) -> Result<Vec<LoadRecord>, ClusterError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = ListParams::default().labels(&format!("job-name={}", loadgen_job::NAME));
-        let list = pods
-            .list(&selector)
+    /// The last record line of every pod of this Job.
+    async fn records(&self, selector: &str) -> Result<Vec<LoadRecord>, ClusterError> {
+        let list = self
+            .pods()
+            .list(&ListParams::default().labels(selector))
             .await
-            .map_err(|e| self.error("list", "pods", e))?;
+            .map_err(|e| self.error(Call::ListPods.describe(), e))?;
         let mut records = Vec::new();
         for pod in list {
             let name = pod.metadata.name.unwrap_or_default();
-            let log = pods
-                .logs(&name, &LogParams::default())
-                .await
-                .map_err(|e| self.error("get", format!("pods/{name}/log"), e))?;
+            let log = self.loadgen_log(&name, None).await?;
             let record = LoadRecord::from_log(&log)
                 .map_err(|e| ClusterError::Loadgen(format!("pod {name}: {e}")))?;
             records.push(record);

@@ -1,6 +1,8 @@
 //! Whether a Deployment's rollout is complete, from its status alone (as `kubectl
 //! rollout status` judges it): the controller has seen the newest spec, every replica
-//! runs it, every one is available, and no old one is left.
+//! runs it, every one is available, and no old one is left; or it has failed, when the
+//! controller gave up on progress (`progressDeadlineSeconds`, condition Progressing with
+//! reason ProgressDeadlineExceeded).
 
 use k8s_openapi::api::apps::v1::Deployment;
 
@@ -9,6 +11,8 @@ pub enum Rollout {
     Complete,
     /// Still rolling out, and why in words.
     Waiting(String),
+    /// The controller stopped trying, with its message: waiting longer will not help.
+    Failed(String),
 }
 
 pub fn rollout(deployment: &Deployment) -> Rollout {
@@ -27,6 +31,19 @@ pub fn rollout(deployment: &Deployment) -> Rollout {
         status.updated_replicas.unwrap_or(0),
         status.available_replicas.unwrap_or(0),
     );
+    let gave_up = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "Progressing"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    });
+    if let (Some(condition), true) = (gave_up, observed >= generation) {
+        return Rollout::Failed(
+            condition
+                .message
+                .clone()
+                .unwrap_or_else(|| "ProgressDeadlineExceeded".into()),
+        );
+    }
     if observed < generation {
         Rollout::Waiting(format!(
             "the controller has not seen generation {generation} yet (at {observed})"
@@ -46,7 +63,7 @@ pub fn rollout(deployment: &Deployment) -> Rollout {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentSpec, DeploymentStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
@@ -98,5 +115,31 @@ mod tests {
             rollout(&deployment(3, Some((3, 3, 1, 2)))),
             Rollout::Waiting("1 of 2 replicas updated".into())
         );
+    }
+
+    #[test]
+    fn a_rollout_past_its_progress_deadline_has_failed() {
+        let mut stuck = deployment(3, Some((3, 3, 1, 2)));
+        let condition = |reason: &str| DeploymentCondition {
+            type_: "Progressing".into(),
+            status: "False".into(),
+            reason: Some(reason.into()),
+            message: Some(
+                "ReplicaSet \"utilization-service-7d\" has timed out progressing.".into(),
+            ),
+            ..DeploymentCondition::default()
+        };
+        if let Some(status) = stuck.status.as_mut() {
+            status.conditions = Some(vec![condition("ProgressDeadlineExceeded")]);
+        }
+        assert_eq!(
+            rollout(&stuck),
+            Rollout::Failed(
+                "ReplicaSet \"utilization-service-7d\" has timed out progressing.".into()
+            )
+        );
+        // A condition left from the generation before a new apply says nothing yet.
+        stuck.metadata.generation = Some(4);
+        assert!(matches!(rollout(&stuck), Rollout::Waiting(_)));
     }
 }

@@ -47,9 +47,11 @@ pub struct TuneArgs {
     /// `kubectl apply -k k8s/overlays/{stage} && kubectl rollout status deployment/utilization-service`.
     #[arg(long, requires = "target")]
     pub stage_command: Option<String>,
-    /// With `--target`: utilization-service's base URL, to read its `/metrics` (server-side
-    /// latency, RU and calls per operation); without it those columns stay 0.
-    #[arg(long, requires = "target")]
+    /// With `--target` or `--cluster`: utilization-service's base URL, to read its
+    /// `/metrics` (server-side latency, RU and calls per operation). In cluster mode it
+    /// is port-forwarded unless given; with `--target` alone, without it those columns
+    /// stay 0.
+    #[arg(long)]
     pub utilization_url: Option<url::Url>,
     /// Cluster mode: before every stage, server-side apply `<overlays>/<stage>` through
     /// the Kubernetes API and wait for utilization-service's rollout. Needs the RBAC in
@@ -69,6 +71,11 @@ pub struct TuneArgs {
     /// `k8s/components/loadgen`) instead of from this process; their records are merged.
     #[arg(long, requires = "cluster", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub load_pods: Option<u32>,
+    /// With `--load-pods`: how long after their Job is created the pods start the load
+    /// together (scheduling, image pulls, node scale-up). A pod later than that still
+    /// runs and the run says so.
+    #[arg(long, requires = "load_pods", default_value_t = 30, value_parser = clap::value_parser!(u64).range(5..=600))]
+    pub load_start_lead_secs: u64,
     /// The longest a stage's rollout may take (cluster mode).
     #[arg(long, default_value_t = 300)]
     pub rollout_timeout_secs: u64,
@@ -112,6 +119,10 @@ pub enum TuneError {
     NoLoadSource,
     #[error("the gateway to load: {0}")]
     Target(String),
+    #[error("--utilization-url needs --target or --cluster (the local stack knows its own)")]
+    UtilizationUrlAlone,
+    #[error("interrupted; the load generators' Job is deleted")]
+    Interrupted,
 }
 
 fn run_id() -> String {
@@ -140,8 +151,20 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         model,
         started: Instant::now(),
     };
+    if args.utilization_url.is_some() && !args.cluster && args.target.is_none() {
+        return Err(TuneError::UtilizationUrlAlone);
+    }
     if args.cluster {
-        run.on(ClusterEnvironment::connect(&args).await?).await
+        let environment = ClusterEnvironment::connect(&args).await?;
+        // Ctrl-C must not leave load pods running in the cluster.
+        let cluster = environment.cluster();
+        tokio::select! {
+            result = run.on(environment) => result,
+            () = service_kit::server::shutdown_signal() => {
+                cluster.delete_loadgen().await;
+                Err(TuneError::Interrupted)
+            }
+        }
     } else if let Some(target) = &args.target {
         run.on(ExistingTarget::connect(&args, target.clone(), first).await?)
             .await

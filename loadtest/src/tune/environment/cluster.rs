@@ -1,11 +1,11 @@
 //! A Kubernetes cluster driven through its API (`--cluster`): each stage's overlay
 //! server-side applied and utilization-service's rollout awaited; the load from here at
 //! `--target`, or from `--load-pods` pods of an Indexed Job inside the cluster; CPU and
-//! memory from the metrics API; the in-cluster trace viewer and emulator reached
-//! through port-forwards unless the user names others.
+//! memory from the metrics API; the in-cluster trace viewer, emulator and
+//! utilization-service reached through port-forwards unless the user names others.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use dronelab_contract::Service;
 use dronelab_study::Stage;
@@ -13,11 +13,13 @@ use k8s_manifests::{overlay, LoadgenJob};
 use loadgen::{LoadRecord, LoadSummary};
 
 use super::{drive_here, reach_existing, Environment, Reach, ResourceSampling, StageLoad};
-use crate::cluster::{Cluster, PortForward};
+use crate::cluster::metrics::LoadStart;
+use crate::cluster::schedule::start_spread;
+use crate::cluster::{Cluster, ClusterError, PortForward};
 use crate::tune::{TuneArgs, TuneError};
 
-/// How long after the Job is created its pods start the load together.
-const LOAD_POD_START_DELAY: Duration = Duration::from_secs(30);
+/// Load pods that start further apart than this are worth a word.
+const START_SPREAD_NOTICE: Duration = Duration::from_secs(2);
 
 pub struct ClusterEnvironment {
     cluster: Cluster,
@@ -26,6 +28,10 @@ pub struct ClusterEnvironment {
     rollout_timeout: Duration,
     /// Load from this many pods in the cluster instead of from this process.
     load_pods: Option<u32>,
+    /// How long after the Job is created its pods start the load together.
+    load_start_lead: Duration,
+    /// When the current stage's load started, for the CPU and memory sampler.
+    load_start: LoadStart,
     /// Port-forwards to in-cluster parts, alive as long as the run.
     _forwards: Vec<PortForward>,
 }
@@ -41,7 +47,7 @@ impl ClusterEnvironment {
             (None, None) => return Err(TuneError::NoLoadSource),
         };
         let mut args = args.clone();
-        let forwards = forward_in_cluster_parts(&cluster, &mut args).await;
+        let forwards = forward_in_cluster_parts(&cluster, &mut args).await?;
         let reach = reach_existing(gateway, &args).await?;
         eprintln!(
             "cluster mode: context {}, namespace {}, overlays from {}",
@@ -55,8 +61,15 @@ impl ClusterEnvironment {
             overlays: args.overlays.clone(),
             rollout_timeout: Duration::from_secs(args.rollout_timeout_secs),
             load_pods: args.load_pods,
+            load_start_lead: Duration::from_secs(args.load_start_lead_secs),
+            load_start: LoadStart::default(),
             _forwards: forwards,
         })
+    }
+
+    /// The cluster, to clean up after an interrupted run.
+    pub fn cluster(&self) -> Cluster {
+        self.cluster.clone()
     }
 }
 
@@ -76,7 +89,8 @@ impl Environment for ClusterEnvironment {
     }
 
     fn sample_resources(&self) -> ResourceSampling {
-        ResourceSampling::Pods(self.cluster.pod_metrics_sampler())
+        self.load_start.clear();
+        ResourceSampling::Pods(self.cluster.pod_metrics_sampler(self.load_start.clone()))
     }
 
     async fn drive(&self, load: &StageLoad<'_>) -> Result<LoadSummary, TuneError> {
@@ -91,17 +105,32 @@ impl Environment for ClusterEnvironment {
             target: in_cluster_gateway().to_string(),
             profile: load.profile,
             data: self.reach.seed.data_set(),
-            // Time for every pod to be scheduled and started before the common start.
-            start_at_unix_ms: Some(
-                loadgen::unix_ms(SystemTime::now()) + LOAD_POD_START_DELAY.as_millis() as u64,
-            ),
+            // Set once the Job can be created, from the API server's clock.
+            start_at_unix_ms: None,
         };
         eprintln!(
-            "  load from {pods} pods in the cluster (Job {})",
-            k8s_manifests::loadgen_job::NAME
+            "  load from {pods} pods in the cluster (Job {}), starting together {} s after it is created",
+            k8s_manifests::loadgen_job::NAME,
+            self.load_start_lead.as_secs()
         );
-        let timeout = LOAD_POD_START_DELAY + load.longest() + Duration::from_secs(60);
-        let records = self.cluster.run_loadgen(&spec, timeout).await?;
+        // Late pods still run (up to `loadtest run`'s limit on a late start).
+        let timeout = self.load_start_lead
+            + loadgen::start::MAX_LATE_START
+            + load.longest()
+            + Duration::from_secs(60);
+        let (records, start) = self
+            .cluster
+            .run_loadgen(spec, self.load_start_lead, timeout)
+            .await?;
+        self.load_start.set(start);
+        let starts: Vec<u64> = records.iter().map(|r| r.started_at_unix_ms).collect();
+        let spread = start_spread(&starts);
+        if spread > START_SPREAD_NOTICE {
+            eprintln!(
+                "  the load pods started {:.1} s apart (image pulls, slow nodes or clock skew): the merged figures place each pod's load where it ran, so the first seconds had fewer users; raise --load-start-lead-secs",
+                spread.as_secs_f64()
+            );
+        }
         let merged = LoadRecord::merge(records).map_err(TuneError::Merge)?;
         Ok(merged.summary())
     }
@@ -109,38 +138,76 @@ impl Environment for ClusterEnvironment {
     async fn close(self, _keep_up: bool) {}
 }
 
-/// Forwards to the in-cluster trace viewer (unless `--traces-api` names one) and to the
-/// in-cluster emulator (unless `--cosmos-endpoint` points elsewhere than the default),
-/// when they run; puts the forwarded addresses into `args`.
-async fn forward_in_cluster_parts(cluster: &Cluster, args: &mut TuneArgs) -> Vec<PortForward> {
+/// Forwards to the in-cluster trace viewer (unless `--traces-api` names one), to the
+/// in-cluster emulator (unless `--cosmos-endpoint` points elsewhere than the default)
+/// and to utilization-service for its `/metrics` (unless `--utilization-url` names
+/// it); puts the forwarded addresses into `args`. A part that does not run is left out
+/// with a word; refused rights end the run here, before any stage.
+async fn forward_in_cluster_parts(
+    cluster: &Cluster,
+    args: &mut TuneArgs,
+) -> Result<Vec<PortForward>, TuneError> {
     let mut forwards = Vec::new();
     if args.traces_api.is_none() {
-        let viewer = Service::TraceViewer;
-        if let Ok(forward) = cluster
-            .port_forward(viewer.name(), viewer.default_port())
-            .await
+        if let Some(forward) =
+            forward(cluster, Service::TraceViewer, "the stages' diagnosis").await?
         {
-            eprintln!("trace viewer in the cluster, forwarded to {}", forward.url);
             args.traces_api = Some(forward.url.clone());
             forwards.push(forward);
         }
     }
     let default_endpoint = format!("http://{}", Service::CosmosEmulator.default_listen());
     if args.seed.cosmos.endpoint.trim_end_matches('/') == default_endpoint {
-        let emulator = Service::CosmosEmulator;
-        if let Ok(forward) = cluster
-            .port_forward(emulator.name(), emulator.default_port())
-            .await
+        if let Some(forward) = forward(
+            cluster,
+            Service::CosmosEmulator,
+            "seeding and the emulator's counters",
+        )
+        .await?
         {
-            eprintln!(
-                "Cosmos emulator in the cluster, forwarded to {}",
-                forward.url
-            );
             args.seed.cosmos.endpoint = forward.url.to_string();
             forwards.push(forward);
         }
     }
-    forwards
+    if args.utilization_url.is_none() {
+        let why = "server-side latency, RU and calls per operation";
+        if let Some(forward) = forward(cluster, Service::Utilization, why).await? {
+            eprintln!(
+                "  utilization-service's /metrics are read from its newest ready pod: with more than one replica, the per-operation figures are that pod's share of the load"
+            );
+            args.utilization_url = Some(forward.url.clone());
+            forwards.push(forward);
+        }
+    }
+    Ok(forwards)
+}
+
+/// A forward to `service`'s pods, `None` (said) when none is ready; an error when the
+/// forward itself is refused.
+async fn forward(
+    cluster: &Cluster,
+    service: Service,
+    for_what: &str,
+) -> Result<Option<PortForward>, TuneError> {
+    match cluster
+        .port_forward(service.name(), service.default_port())
+        .await
+    {
+        Ok(forward) => {
+            eprintln!(
+                "{} in the cluster (pod {}), forwarded to {}",
+                service.name(),
+                forward.pod,
+                forward.url
+            );
+            Ok(Some(forward))
+        }
+        Err(ClusterError::Forward { app, reason }) => {
+            eprintln!("no {app} to forward to ({reason}): {for_what} left out");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The gateway's Service, as pods in the namespace reach it.
@@ -172,10 +239,11 @@ async fn apply_overlay(
         overlay.display(),
         objects.len()
     );
-    cluster.apply(&objects).await?;
+    let config_maps = cluster.apply(objects).await?;
     cluster
         .wait_rollout(Service::Utilization.name(), timeout)
         .await?;
     eprintln!("  utilization-service rolled out");
+    cluster.prune_config_maps(&config_maps).await;
     Ok(())
 }
