@@ -16,8 +16,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind, TypeMeta};
-use kube::discovery::{ApiCapabilities, Scope};
+use kube::core::{DynamicObject, GroupVersion, TypeMeta};
+use kube::discovery::{ApiGroup, Scope};
 
 use super::pods::{log_tail, pod_problem, ready_pod, JOB_UID_LABEL};
 use super::prune::{stale_config_maps, PART_OF};
@@ -86,6 +86,14 @@ impl Drop for PortForward {
     }
 }
 
+fn not_served(types: &TypeMeta, reason: String) -> ClusterError {
+    ClusterError::NotServed {
+        api_version: types.api_version.clone(),
+        kind: types.kind.clone(),
+        reason,
+    }
+}
+
 /// A connection to one namespace of one cluster (cheap to clone: one connection pool).
 #[derive(Clone)]
 pub struct Cluster {
@@ -123,13 +131,26 @@ impl Cluster {
             context: Some(context.clone()),
             ..KubeConfigOptions::default()
         };
-        let connect = |reason: String| ClusterError::Connect {
-            context: context.clone(),
-            reason,
-        };
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
-            .map_err(|e| connect(e.to_string()))?;
+            .map_err(|e| ClusterError::Connect {
+                context: context.clone(),
+                reason: e.to_string(),
+            })?;
+        Self::from_config(config, namespace, &context).await
+    }
+
+    /// Connects with a ready configuration (what `connect` reads from the kubeconfig),
+    /// checking that the API server answers.
+    pub async fn from_config(
+        config: kube::Config,
+        namespace: &str,
+        context: &str,
+    ) -> Result<Self, ClusterError> {
+        let connect = |reason: String| ClusterError::Connect {
+            context: context.to_owned(),
+            reason,
+        };
         let client = kube::Client::try_from(config).map_err(|e| connect(e.to_string()))?;
         client
             .apiserver_version()
@@ -138,7 +159,7 @@ impl Cluster {
         Ok(Self {
             client,
             namespace: namespace.to_owned(),
-            context,
+            context: context.to_owned(),
         })
     }
 
@@ -180,26 +201,29 @@ impl Cluster {
         objects: Vec<DynamicObject>,
     ) -> Result<BTreeSet<String>, ClusterError> {
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        let mut discovered: BTreeMap<String, (ApiResource, ApiCapabilities)> = BTreeMap::new();
+        // One discovery request per group version, however many objects it has.
+        let mut groups: BTreeMap<String, ApiGroup> = BTreeMap::new();
         let mut config_maps = BTreeSet::new();
         for mut object in objects {
             let types = object.types.clone().unwrap_or_default();
-            let key = format!("{}/{}", types.api_version, types.kind);
-            if !discovered.contains_key(&key) {
-                discovered.insert(key.clone(), self.discover(&types).await?);
+            if !groups.contains_key(&types.api_version) {
+                groups.insert(types.api_version.clone(), self.discover(&types).await?);
             }
-            let Some((resource, capabilities)) = discovered.get(&key) else {
-                continue;
+            let found = groups
+                .get(&types.api_version)
+                .and_then(|group| group.recommended_kind(&types.kind));
+            let Some((resource, capabilities)) = found else {
+                return Err(not_served(&types, "no such kind in its group".into()));
             };
             let name = object.metadata.name.clone().unwrap_or_default();
             let api: Api<DynamicObject> = match capabilities.scope {
                 Scope::Namespaced => {
                     overlay::place(&mut object, Some(&self.namespace));
-                    Api::namespaced_with(self.client.clone(), &self.namespace, resource)
+                    Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
                 }
                 Scope::Cluster => {
                     overlay::place(&mut object, None);
-                    Api::all_with(self.client.clone(), resource)
+                    Api::all_with(self.client.clone(), &resource)
                 }
             };
             api.patch(&name, &params, &Patch::Apply(&object))
@@ -217,24 +241,22 @@ impl Cluster {
         Ok(config_maps)
     }
 
-    /// The resource and scope of a kind, as the API server serves it.
-    async fn discover(
-        &self,
-        types: &TypeMeta,
-    ) -> Result<(ApiResource, ApiCapabilities), ClusterError> {
-        let not_served = |reason: String| ClusterError::NotServed {
-            api_version: types.api_version.clone(),
-            kind: types.kind.clone(),
-            reason,
-        };
-        let gvk = GroupVersionKind::try_from(types).map_err(|e| not_served(e.to_string()))?;
-        match kube::discovery::pinned_kind(&self.client, &gvk).await {
-            Ok(found) => Ok(found),
+    /// The resources of an object's group version, as the API server serves them.
+    async fn discover(&self, types: &TypeMeta) -> Result<ApiGroup, ClusterError> {
+        let version: GroupVersion =
+            types
+                .api_version
+                .parse()
+                .map_err(|e: kube::core::gvk::ParseGroupVersionError| {
+                    not_served(types, e.to_string())
+                })?;
+        match kube::discovery::pinned_group(&self.client, &version).await {
+            Ok(group) => Ok(group),
             Err(kube::Error::Api(status)) if status.code == 404 => {
-                Err(not_served(format!("404 {}", status.message)))
+                Err(not_served(types, format!("404 {}", status.message)))
             }
-            Err(e @ kube::Error::Discovery(_)) => Err(not_served(e.to_string())),
-            Err(e) => Err(self.error(format!("discover {}", types.kind), e)),
+            Err(e @ kube::Error::Discovery(_)) => Err(not_served(types, e.to_string())),
+            Err(e) => Err(self.error(format!("discover {}", types.api_version), e)),
         }
     }
 
