@@ -117,6 +117,16 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
         let evidence = &diagnosis(stage4).findings[0].evidence;
         assert!(evidence.contains("CPU is not the limit"), "{evidence}");
     }
+    // No knob is on in the study's stages, and no antipattern is named there.
+    for stage in stages {
+        assert!(stage.knobs.is_empty(), "{}", stage.name);
+        let named: Vec<FindingKind> = diagnosis(stage).findings.iter().map(|f| f.kind).collect();
+        assert!(
+            !named.contains(&FindingKind::SynchronousIo),
+            "{}: {named:?}",
+            stage.name
+        );
+    }
     let evidence = |i: usize| &diagnosis(&stages[i]).cosmos;
     assert!(
         evidence(0).retry_wait_share > 0.0,

@@ -31,6 +31,10 @@ pub struct ServiceSummary {
     pub partition_ranges: usize,
     /// Time from sending a throttled attempt to sending its retry, summed (µs).
     pub retry_wait_us: u64,
+    /// Time inside its server spans that none of its other spans covers, summed (µs):
+    /// its own code between awaited calls, or a call no span shows (a blocking one).
+    #[serde(default)]
+    pub unexplained_us: u64,
 }
 
 /// The gap between a 429 attempt and the retry that followed it.
@@ -131,6 +135,34 @@ fn retry_waits(attempts: &[&Span]) -> Vec<RetryWait> {
         .collect()
 }
 
+/// Time inside a service's server spans covered by none of its other spans (µs).
+fn unexplained(spans: &[&Span]) -> u64 {
+    let is_server = |s: &Span| s.tag_text(SPAN_KIND).as_deref() == Some("server");
+    let mut inner: Vec<(u64, u64)> = spans
+        .iter()
+        .filter(|s| !is_server(s))
+        .map(|s| (s.start_time, s.end_time()))
+        .collect();
+    inner.sort_unstable();
+    spans
+        .iter()
+        .filter(|s| is_server(s))
+        .map(|server| {
+            let (start, end) = (server.start_time, server.end_time());
+            let mut covered = 0;
+            let mut reached = start;
+            for &(from, to) in &inner {
+                let (from, to) = (from.max(reached), to.min(end));
+                if to > from {
+                    covered += to - from;
+                    reached = to;
+                }
+            }
+            server.duration.saturating_sub(covered)
+        })
+        .sum()
+}
+
 /// Summarises one trace.
 pub fn summarize(trace: &Trace) -> TraceSummary {
     let root = trace.root();
@@ -179,6 +211,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
                     .collect::<BTreeSet<_>>()
                     .len(),
                 retry_wait_us,
+                unexplained_us: unexplained(spans),
             }
         })
         .collect::<Vec<_>>();
@@ -284,6 +317,21 @@ mod tests {
             .into(),
             warnings: None,
         }
+    }
+
+    #[test]
+    fn unexplained_time_is_what_no_other_span_of_the_service_covers() {
+        let server = |id: &str, start: u64| span(id, None, start, 100, &[("span.kind", "server")]);
+        let t = trace(vec![
+            server("s1", 0),
+            span("c1", Some("s1"), 10, 30, &[]),
+            span("c2", Some("s1"), 30, 30, &[]),
+            span("c3", Some("s1"), 80, 40, &[]),
+            server("s2", 1000),
+        ]);
+        let u = &summarize(&t).services[0];
+        // s1: covered 10–60 and 80–100 (c3 runs past its end): 30 left; s2: all 100.
+        assert_eq!(u.unexplained_us, 130);
     }
 
     #[test]

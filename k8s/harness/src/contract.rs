@@ -756,6 +756,11 @@ pub fn check_stage(
     for (workload, name, expected) in want {
         compare(workload, name, expected);
     }
+    // Every lab knob: the stage's value, or off.
+    for knob in &dronelab_contract::lab::KNOBS {
+        let expected = stage.knobs.get(knob.env).unwrap_or(knob.default_value());
+        compare(knob.service.name(), knob.env, expected.to_owned());
+    }
     if workloads.iter().any(|w| w.name == "cosmos-emulator") {
         let emulator = [
             ("COSMOS_EMULATOR_PARTITIONS", config.partitions.to_string()),

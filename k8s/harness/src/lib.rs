@@ -106,3 +106,52 @@ pub fn check_overlays(
     }
     Ok(problems)
 }
+
+/// The antipattern lab's overlays: for every `<kind>` directory of stage files under
+/// `lab_stages` (`loadtest/stages/antipatterns`), one overlay per stage at
+/// `<overlays_dir>/antipatterns/<kind>/<stage>`, each checked against the contract and
+/// its stage file (the query knobs and every lab knob). Returns the problems and how
+/// many overlays were checked.
+pub fn check_lab_overlays(
+    overlays_dir: &Path,
+    lab_stages: &Path,
+) -> Result<(Vec<String>, usize), render::RenderError> {
+    let model = dronelab_study::EmulatorModel::default();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    let mut kinds: Vec<_> = std::fs::read_dir(lab_stages)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    kinds.sort();
+    for kind_dir in kinds {
+        let kind = kind_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stages = match dronelab_study::stages::from_dir(&kind_dir) {
+            Ok(stages) => stages,
+            Err(e) => {
+                problems.push(format!("antipatterns/{kind}: {e}"));
+                continue;
+            }
+        };
+        for stage in &stages {
+            let overlay = format!("antipatterns/{kind}/{}", stage.name);
+            let dir = overlays_dir.join(&overlay);
+            if !dir.join("kustomization.yaml").is_file() {
+                problems.push(format!("{overlay}: overlay missing"));
+                continue;
+            }
+            let manifests = render::render(&dir)?;
+            let mut found = contract::check(&manifests);
+            found.extend(contract::check_stage(&manifests, stage, &model));
+            problems.extend(found.into_iter().map(|p| format!("{overlay}: {p}")));
+            checked += 1;
+        }
+    }
+    Ok((problems, checked))
+}

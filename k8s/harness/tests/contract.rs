@@ -47,6 +47,15 @@ fn every_overlay_keeps_the_contract() {
         9,
         "four stages, four local stages, production"
     );
+    let lab_stages = k8s_dir().join("../loadtest/stages/antipatterns");
+    let (problems, checked) =
+        k8s_harness::check_lab_overlays(&k8s_dir().join("overlays"), &lab_stages)
+            .expect("lab overlays render");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        checked >= 2,
+        "an antipattern pair at least, {checked} checked"
+    );
     let local = &rendered
         .iter()
         .find(|(name, _)| name == "local/1-baseline")
@@ -237,6 +246,22 @@ fn a_stage_overlay_that_drifts_from_its_stage_file_is_caught() {
     assert_caught(
         &contract::check_stage(&manifests, &stages[1], &other),
         "COSMOS_EMULATOR_PARTITION_CONCURRENCY",
+    );
+    // A lab overlay against the other stage of its pair: the knob differs; a study
+    // overlay against a lab stage: the knob is off there.
+    let pair = dronelab_study::stages::from_dir(
+        &k8s_dir().join("../loadtest/stages/antipatterns/synchronous-io"),
+    )
+    .expect("the pair");
+    let fixed = rendered("antipatterns/synchronous-io/2-async-audit-write");
+    assert!(contract::check_stage(&fixed, &pair[1], &model).is_empty());
+    assert_caught(
+        &contract::check_stage(&fixed, &pair[0], &model),
+        "UTILIZATION_AUDIT_WRITE is Some(\"async\"), stage 1-blocking-audit-write says blocking",
+    );
+    assert_caught(
+        &contract::check_stage(&rendered("local/4-partition-key"), &pair[0], &model),
+        "UTILIZATION_AUDIT_WRITE is Some(\"off\")",
     );
 }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use dronelab_contract::lab::{self, LabKnobs};
 use dronelab_contract::{QueryKnobs, Service};
 use dronelab_study::EmulatorModel;
 
@@ -91,7 +92,17 @@ impl Stack {
             ]
             .map(str::to_owned)
             .to_vec();
-            Some(spawn(logs, Service::TraceViewer.name(), args, "healthz", None).await?)
+            Some(
+                spawn(
+                    logs,
+                    Service::TraceViewer.name(),
+                    args,
+                    "healthz",
+                    None,
+                    &LabKnobs::default(),
+                )
+                .await?,
+            )
         };
         let otlp_endpoint = trace_viewer.as_ref().and_then(|v| v.announced("otlp-grpc"));
         let args = vec![
@@ -108,7 +119,15 @@ impl Stack {
             "--partition-concurrency".to_owned(),
             model.partition_concurrency.to_string(),
         ];
-        let emulator = spawn(logs, Service::CosmosEmulator.name(), args, "healthz", None).await?;
+        let emulator = spawn(
+            logs,
+            Service::CosmosEmulator.name(),
+            args,
+            "healthz",
+            None,
+            &LabKnobs::default(),
+        )
+        .await?;
         Ok(Self {
             logs: logs.to_owned(),
             trace_viewer,
@@ -118,15 +137,20 @@ impl Stack {
         })
     }
 
-    /// Starts the backends and the gateway against the emulator.
-    pub async fn start_services(&mut self, knobs: QueryKnobs) -> Result<(), StackError> {
+    /// Starts the backends and the gateway against the emulator, with the antipattern
+    /// lab's knobs `lab` (each component gets its own; the rest are off).
+    pub async fn start_services(
+        &mut self,
+        knobs: QueryKnobs,
+        lab: &LabKnobs,
+    ) -> Result<(), StackError> {
         let cosmos = vec![
             "--cosmos-endpoint".to_owned(),
             self.emulator.url.to_string(),
         ];
         let otlp = self.otlp_endpoint.as_deref();
         for name in [Service::Delivery.name(), Service::Package.name()] {
-            let component = spawn(&self.logs, name, cosmos.clone(), "readyz", otlp).await?;
+            let component = spawn(&self.logs, name, cosmos.clone(), "readyz", otlp, lab).await?;
             self.services.push(component);
         }
         self.services.push(
@@ -136,6 +160,7 @@ impl Stack {
                 utilization_args(&cosmos, knobs),
                 "readyz",
                 otlp,
+                lab,
             )
             .await?,
         );
@@ -161,6 +186,7 @@ impl Stack {
                 gateway_args,
                 "readyz",
                 otlp,
+                lab,
             )
             .await?,
         );
@@ -197,7 +223,11 @@ impl Stack {
 
     /// Restarts utilization-service with new knobs, keeping its address (the gateway's
     /// pool reconnects), as a Kubernetes rollout would.
-    pub async fn restart_utilization(&mut self, knobs: QueryKnobs) -> Result<(), StackError> {
+    pub async fn restart_utilization(
+        &mut self,
+        knobs: QueryKnobs,
+        lab: &LabKnobs,
+    ) -> Result<(), StackError> {
         let Some(index) = self
             .services
             .iter()
@@ -229,6 +259,7 @@ impl Stack {
             args,
             "readyz",
             self.otlp_endpoint.as_deref(),
+            lab,
         )
         .await?;
         self.services.insert(index, component);
@@ -313,6 +344,7 @@ async fn spawn(
     mut args: Vec<String>,
     ready_route: &str,
     otlp: Option<&str>,
+    lab: &LabKnobs,
 ) -> Result<Component, StackError> {
     let exe = std::env::current_exe().map_err(|source| StackError::Spawn { name, source })?;
     let log = logs.join(format!("{name}.log"));
@@ -321,7 +353,7 @@ async fn spawn(
     if !args.iter().any(|a| a == "--listen") {
         args.extend(["--listen".to_owned(), "127.0.0.1:0".to_owned()]);
     }
-    let mut child = component_command(&exe, name, &args, log_file, otlp)
+    let mut child = component_command(&exe, name, &args, log_file, otlp, lab)
         .spawn()
         .map_err(|source| StackError::Spawn { name, source })?;
     let log_text = log.display().to_string();
@@ -378,6 +410,7 @@ fn component_command(
     args: &[String],
     log: std::fs::File,
     otlp: Option<&str>,
+    lab: &LabKnobs,
 ) -> Command {
     let mut command = Command::new(exe);
     command
@@ -388,6 +421,12 @@ fn component_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
         .kill_on_drop(true);
+    // Every lab knob of this component is set, to the stage's value or off: one in the
+    // user's environment must not switch an antipattern on unasked.
+    for knob in lab::KNOBS.iter().filter(|k| k.service.name() == name) {
+        let value = lab.get(knob.env).unwrap_or(knob.default_value());
+        command.env(knob.env, value);
+    }
     match otlp {
         Some(endpoint) => {
             command

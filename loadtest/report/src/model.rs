@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use dronelab_contract::lab::LabKnobs;
 use dronelab_study::published::{self, Published};
 use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
 use loadgen::{IntervalSample, LoadSummary, Outcome, Percentiles, Profile};
@@ -66,6 +67,9 @@ pub struct StageReport {
     pub resources_unavailable: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_series: Vec<ResourceSample>,
+    /// The antipattern lab's knobs the stage switched on (none in the study's stages).
+    #[serde(default, skip_serializing_if = "LabKnobs::is_empty")]
+    pub knobs: LabKnobs,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
@@ -104,7 +108,13 @@ impl StageReport {
             latency_ms: load.latency_ms,
             utilization_latency_ms: measured.utilization_latency,
             cosmos: measured.cosmos,
-            study: published::published_for(&stage.name),
+            // An antipattern stage is not one of the study's, whatever its number.
+            study: stage
+                .knobs
+                .is_empty()
+                .then(|| published::published_for(&stage.name))
+                .flatten(),
+            knobs: stage.knobs.clone(),
             interval_secs: load.interval_secs,
             series: load.series.clone(),
             cosmos_series: measured.series,

@@ -1,5 +1,6 @@
 //! `loadtest up`: the local stack, seeded, until Ctrl-C.
 
+use dronelab_contract::lab::LabKnobs;
 use dronelab_contract::{QueryKnobs, QueryParallelism, Service};
 use dronelab_study::{DataSet, EmulatorModel, SeedArgs};
 use local_stack::Stack;
@@ -34,10 +35,13 @@ pub async fn up(args: UpArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     stack
-        .start_services(QueryKnobs {
-            parallelism: args.query_parallelism,
-            use_partition_key: args.use_partition_key,
-        })
+        .start_services(
+            QueryKnobs {
+                parallelism: args.query_parallelism,
+                use_partition_key: args.use_partition_key,
+            },
+            &LabKnobs::default(),
+        )
         .await
         .map_err(|e| e.to_string())?;
     println!("dronelab is up (logs in {}):", args.logs.display());

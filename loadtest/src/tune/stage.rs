@@ -159,8 +159,13 @@ fn unix_micros() -> u64 {
 
 pub fn describe(stage: &Stage) -> String {
     let c = &stage.config;
+    let knobs = if stage.knobs.is_empty() {
+        String::new()
+    } else {
+        format!(", lab knobs {}", stage.knobs.describe())
+    };
     format!(
-        "{} RU/s, {} partitions, parallelism {}, partition key {}",
+        "{} RU/s, {} partitions, parallelism {}, partition key {}{knobs}",
         c.provisioned_ru_per_second, c.partitions, c.query_parallelism, c.use_partition_key
     )
 }

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use dronelab_contract::lab::LabKnobs;
 use dronelab_contract::{QueryKnobs, QueryParallelism};
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,10 @@ pub struct Stage {
     pub description: String,
     #[serde(flatten)]
     pub config: StageConfig,
+    /// The antipattern lab's knobs the stage switches on, by environment variable
+    /// (`[knobs]` in the stage file; none in the study's stages).
+    #[serde(default, skip_serializing_if = "LabKnobs::is_empty")]
+    pub knobs: LabKnobs,
 }
 
 const EMBEDDED: [(&str, &str); 4] = [
@@ -75,6 +80,8 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         description: String,
         #[serde(flatten)]
         config: StageConfig,
+        #[serde(default)]
+        knobs: LabKnobs,
     }
     let file: File = toml::from_str(text).map_err(|e| StageError::Invalid {
         file: name.to_owned(),
@@ -95,6 +102,7 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         name: name.to_owned(),
         description: file.description,
         config: file.config,
+        knobs: file.knobs,
     })
 }
 
@@ -144,6 +152,28 @@ mod tests {
         std::fs::write(dir.path().join("-rf.toml"), valid).expect("write");
         let error = from_dir(dir.path()).expect_err("refused").to_string();
         assert!(error.contains("stage file -rf"), "{error}");
+    }
+
+    #[test]
+    fn lab_knobs_are_read_and_checked() {
+        let base = "description = \"d\"\nprovisioned_ru_per_second = 2500\npartitions = 9\nquery_parallelism = -1\nuse_partition_key = true\n";
+        let stage = parse(
+            "1-blocking",
+            &format!("{base}[knobs]\nUTILIZATION_AUDIT_WRITE = \"blocking\"\n"),
+        )
+        .expect("a knob of the lab");
+        assert_eq!(stage.knobs.get("UTILIZATION_AUDIT_WRITE"), Some("blocking"));
+        let unknown = parse("x", &format!("{base}[knobs]\nAUDIT = \"on\"\n"))
+            .expect_err("unknown knob")
+            .to_string();
+        assert!(
+            unknown.contains("stage file x") && unknown.contains("knob AUDIT is not one of"),
+            "{unknown}"
+        );
+        assert!(builtin()
+            .expect("stages")
+            .iter()
+            .all(|s| s.knobs.is_empty()));
     }
 
     #[test]

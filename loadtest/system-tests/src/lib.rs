@@ -167,6 +167,7 @@ impl TestStack {
             cosmos: self.cosmos_args(),
             query_parallelism: knobs.parallelism,
             use_partition_key: knobs.use_partition_key,
+            audit_write: dronelab_contract::lab::AuditWrite::Off,
         }
     }
 

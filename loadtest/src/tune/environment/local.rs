@@ -1,9 +1,10 @@
 //! The local stack: every component started here as its own process, seeded with the
-//! emulator's latency model off, utilization-service restarted when a stage's knobs
-//! change (as a rollout would), CPU and memory read from `/proc`.
+//! emulator's latency model off, utilization-service restarted when a stage's query or
+//! lab knobs change (as a rollout would), CPU and memory read from `/proc`.
 
 use std::path::Path;
 
+use dronelab_contract::lab::LabKnobs;
 use dronelab_contract::{QueryKnobs, Service};
 use dronelab_study::{EmulatorModel, Stage};
 use local_stack::resources::ResourceSampler;
@@ -19,6 +20,8 @@ pub struct LocalStack {
     reach: Reach,
     /// The query knobs utilization-service runs with now.
     knobs: QueryKnobs,
+    /// Its antipattern lab knobs now.
+    lab: LabKnobs,
 }
 
 impl LocalStack {
@@ -39,7 +42,8 @@ impl LocalStack {
             crate::emulator::seed(Some(&emulator), &seed).await?;
         }
         let knobs = first.config.knobs();
-        stack.start_services(knobs).await?;
+        let lab = first.knobs.clone();
+        stack.start_services(knobs, &lab).await?;
         let viewer = stack.trace_viewer.as_ref().map(|v| v.url.clone());
         if let Some(viewer) = &viewer {
             eprintln!("trace viewer: {viewer}");
@@ -58,6 +62,7 @@ impl LocalStack {
             stack,
             reach,
             knobs,
+            lab,
         })
     }
 }
@@ -69,10 +74,12 @@ impl Environment for LocalStack {
 
     async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {
         let wanted = stage.config.knobs();
-        if wanted != self.knobs {
-            self.stack.restart_utilization(wanted).await?;
+        let lab = stage.knobs.for_service(Service::Utilization);
+        if wanted != self.knobs || lab != self.lab.for_service(Service::Utilization) {
+            self.stack.restart_utilization(wanted, &stage.knobs).await?;
             self.reach.utilization = self.stack.url(Service::Utilization.name()).cloned();
             self.knobs = wanted;
+            self.lab = stage.knobs.clone();
         }
         Ok(())
     }

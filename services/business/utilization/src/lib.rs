@@ -13,7 +13,11 @@
 //!
 //! Every mode returns the same sums for the same data. Every Cosmos attempt becomes a
 //! client span (see `cosmos_kit`) under a span per feed-range query.
+//!
+//! The antipattern lab's Synchronous I/O knob (`--audit-write`, [`audit`]) adds an
+//! audit write to every answer: blocking or awaited. Off by default.
 
+mod audit;
 mod query;
 
 use std::future::Future;
@@ -25,6 +29,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
 use dronelab_contract::knobs::{ENV_QUERY_PARALLELISM, ENV_USE_PARTITION_KEY};
+use dronelab_contract::lab::{AuditWrite, ENV_AUDIT_WRITE};
 use dronelab_contract::{routes, Container, OwnerMonth, Service};
 use service_kit::server::{self, Instrumentation, Limits, RequestContext};
 use service_kit::Telemetry;
@@ -50,6 +55,11 @@ pub struct UtilizationArgs {
     /// Query the `/ownerId`-partitioned container with the owner's key.
     #[arg(long, env = ENV_USE_PARTITION_KEY, default_value_t = false, action = clap::ArgAction::Set)]
     pub use_partition_key: bool,
+    /// Antipattern lab (Synchronous I/O): off; blocking = each answer's 20 ms audit
+    /// write is a synchronous call inside the async handler; async = the same write
+    /// awaited.
+    #[arg(long, env = ENV_AUDIT_WRITE, default_value = "off")]
+    pub audit_write: AuditWrite,
 }
 
 /// The service's error: a bad request, or Cosmos throttling or failing.
@@ -60,6 +70,8 @@ pub struct AppState {
     container_name: &'static str,
     use_partition_key: bool,
     parallelism: QueryParallelism,
+    audit_write: AuditWrite,
+    telemetry: Telemetry,
     cosmos: CosmosTelemetry,
     instrumentation: Instrumentation,
 }
@@ -89,11 +101,12 @@ impl AppState {
         telemetry: Telemetry,
     ) -> Arc<Self> {
         let instrumentation = Instrumentation::new(telemetry.clone());
-        let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
+        let cosmos = CosmosTelemetry::new(telemetry.clone(), &instrumentation.metrics);
         tracing::info!(
             container = container.name(),
             parallelism = %args.query_parallelism,
             use_partition_key = args.use_partition_key,
+            audit_write = %args.audit_write,
             "utilization query configured"
         );
         Arc::new(Self {
@@ -101,6 +114,8 @@ impl AppState {
             container,
             use_partition_key: args.use_partition_key,
             parallelism: args.query_parallelism,
+            audit_write: args.audit_write,
+            telemetry,
             cosmos,
             instrumentation,
         })
@@ -127,7 +142,9 @@ async fn utilization(
 ) -> Result<Json<Utilization>, UtilizationError> {
     let request = OwnerMonth::from_query(raw.as_deref())
         .map_err(|invalid| UtilizationError::BadRequest(invalid.into()))?;
-    query::run(&state, &cx, &request).await.map(Json)
+    let utilization = query::run(&state, &cx, &request).await?;
+    audit::write(state.audit_write, &state.telemetry, &cx).await;
+    Ok(Json(utilization))
 }
 
 pub async fn run(
@@ -159,5 +176,9 @@ impl server::ServiceCommand for Cli {
 
     async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
         Ok(build_app(AppState::start(&self.args, telemetry)))
+    }
+
+    fn lab_knobs(&self) -> Vec<(&'static str, String)> {
+        vec![(ENV_AUDIT_WRITE, self.args.audit_write.to_string())]
     }
 }

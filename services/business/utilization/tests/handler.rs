@@ -7,6 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cosmos_emulator::{Config, InProcess};
 use cosmos_kit::CosmosArgs;
+use dronelab_contract::lab::AuditWrite;
 use dronelab_contract::telemetry::{attribute, metric};
 use dronelab_contract::{routes, Container, QueryParallelism, Utilization, DATABASE};
 use http_body_util::BodyExt as _;
@@ -79,12 +80,22 @@ async fn service(
     parallelism: &str,
     use_partition_key: bool,
 ) -> (axum::Router, InMemorySpanExporter) {
+    service_auditing(emulator, parallelism, use_partition_key, AuditWrite::Off).await
+}
+
+async fn service_auditing(
+    emulator: &InProcess,
+    parallelism: &str,
+    use_partition_key: bool,
+    audit_write: AuditWrite,
+) -> (axum::Router, InMemorySpanExporter) {
     let args = UtilizationArgs {
         cosmos: cosmos(emulator),
         query_parallelism: parallelism
             .parse::<QueryParallelism>()
             .expect("parallelism"),
         use_partition_key,
+        audit_write,
     };
     let spans = InMemorySpanExporter::default();
     let telemetry = Telemetry::with_exporter("utilization-service", spans.clone());
@@ -236,4 +247,55 @@ async fn bad_input_is_a_400_naming_the_parameter() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let problem: serde_json::Value = serde_json::from_slice(&body).expect("problem json");
     assert_eq!(problem["invalidParams"][0]["name"], "ownerId", "{problem}");
+}
+
+/// Two requests at once on one runtime thread (`tokio::test` runs on one): with the
+/// audit write blocking, their writes run one after the other (the thread is held);
+/// awaited, they overlap, each under a span of its own.
+#[tokio::test]
+async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
+    let emulator = seeded().await;
+    let audit_spans = |spans: &InMemorySpanExporter| -> Vec<SpanData> {
+        spans
+            .get_finished_spans()
+            .expect("spans")
+            .into_iter()
+            .filter(|s| s.name == "audit write")
+            .collect()
+    };
+
+    let (blocking, blocking_spans) =
+        service_auditing(&emulator, "0", true, AuditWrite::Blocking).await;
+    utilization(&blocking).await;
+    let started = std::time::Instant::now();
+    tokio::join!(utilization(&blocking), utilization(&blocking));
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(40),
+        "two 20 ms blocking writes cannot overlap on one thread: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        audit_spans(&blocking_spans).is_empty(),
+        "no span covers a blocking call"
+    );
+
+    let (awaited, awaited_spans) = service_auditing(&emulator, "0", true, AuditWrite::Async).await;
+    tokio::join!(utilization(&awaited), utilization(&awaited));
+    let writes = audit_spans(&awaited_spans);
+    assert_eq!(writes.len(), 2);
+    assert!(
+        writes[0].start_time < writes[1].end_time && writes[1].start_time < writes[0].end_time,
+        "awaited writes overlap"
+    );
+    for write in &writes {
+        let took = write
+            .end_time
+            .duration_since(write.start_time)
+            .unwrap_or_default();
+        assert!(took >= std::time::Duration::from_millis(20), "{took:?}");
+    }
+
+    let (off, off_spans) = service(&emulator, "0", true).await;
+    utilization(&off).await;
+    assert!(audit_spans(&off_spans).is_empty());
 }

@@ -9,6 +9,7 @@
 //! - [`invoice`]: the backends' answers and the gateway's invoice (the OpenAPI schema is
 //!   derived from these types);
 //! - [`knobs`]: the utilization query's tuning knobs, the thing the four stages change;
+//! - [`lab`]: the antipattern lab's knobs, each off by default;
 //! - [`telemetry`]: the span, attribute and metric names the services write and the
 //!   trace tooling, the tuning run and the dashboard read.
 //!
@@ -18,6 +19,7 @@
 pub mod cosmos;
 pub mod invoice;
 pub mod knobs;
+pub mod lab;
 pub mod request;
 pub mod service;
 pub mod telemetry;

@@ -40,6 +40,9 @@ pub mod attribute {
     // dronelab's own.
     pub const INVOICE_PARTIAL: &str = "dronelab.invoice.partial";
     pub const OWNER_ID: &str = "dronelab.owner_id";
+    /// A resource attribute: the antipattern lab's knobs that are on in this process
+    /// (`ENV=value`, comma-separated), absent when all are off.
+    pub const LAB_KNOBS: &str = "dronelab.lab.knobs";
 
     // How OpenTelemetry data reads in the Jaeger model.
     pub const SPAN_KIND: &str = "span.kind";

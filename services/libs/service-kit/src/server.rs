@@ -296,13 +296,21 @@ pub trait ServiceCommand: Send + 'static {
 
     /// The service's router; may start connecting to Cosmos DB in the background.
     fn build(self, telemetry: Telemetry) -> impl Future<Output = Result<Router, String>> + Send;
+
+    /// The antipattern lab's knobs this service reads, with their values
+    /// (`dronelab_contract::lab`); those that are on go on every span.
+    fn lab_knobs(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
 }
 
 /// A service binary's whole life: logging, telemetry from the `OTEL_*` environment, the
 /// app, binding and announcing its address, serving until SIGTERM / Ctrl-C, and flushing
 /// spans on the way out.
 pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
-    let telemetry = match Telemetry::from_env(C::NAME) {
+    let knobs = dronelab_contract::lab::knobs_on(&command.lab_knobs())
+        .map(|on| opentelemetry::KeyValue::new(attribute::LAB_KNOBS, on));
+    let telemetry = match Telemetry::from_env_with(C::NAME, knobs.iter().cloned().collect()) {
         Ok(t) => t,
         Err(e) => {
             crate::telemetry::init_logging();
@@ -311,6 +319,9 @@ pub async fn launch<C: ServiceCommand>(command: C) -> std::process::ExitCode {
         }
     };
     let _ = tracing::dispatcher::set_global_default(telemetry.dispatch().clone());
+    if let Some(on) = &knobs {
+        tracing::warn!(knobs = %on.value, "antipattern lab knobs on");
+    }
     let listen = command.listen();
     let app = match command.build(telemetry.clone()).await {
         Ok(app) => app,

@@ -78,6 +78,15 @@ impl Telemetry {
     /// Builds telemetry from the environment; must run inside the Tokio runtime (the gRPC
     /// exporter spawns onto it). `OTEL_SDK_DISABLED=true` gives a no-op tracer.
     pub fn from_env(default_service_name: &str) -> Result<Self, TelemetryError> {
+        Self::from_env_with(default_service_name, Vec::new())
+    }
+
+    /// [`Telemetry::from_env`] with more resource attributes (e.g. the lab's knobs that
+    /// are on), so every span of the process carries them.
+    pub fn from_env_with(
+        default_service_name: &str,
+        attributes: Vec<opentelemetry::KeyValue>,
+    ) -> Result<Self, TelemetryError> {
         if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return Ok(Self::disabled());
         }
@@ -91,7 +100,7 @@ impl Telemetry {
         };
         let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
         Self::otlp(
-            resource(default_service_name),
+            resource(default_service_name, attributes),
             default_service_name,
             protocol,
             endpoint.as_deref(),
@@ -216,9 +225,9 @@ impl Telemetry {
 }
 
 /// `service.name` from `OTEL_SERVICE_NAME` if set, else the crate's name; plus
-/// `OTEL_RESOURCE_ATTRIBUTES`.
-fn resource(default_service_name: &str) -> Resource {
-    let builder = Resource::builder();
+/// `OTEL_RESOURCE_ATTRIBUTES` and `attributes`.
+fn resource(default_service_name: &str, attributes: Vec<opentelemetry::KeyValue>) -> Resource {
+    let builder = Resource::builder().with_attributes(attributes);
     if env("OTEL_SERVICE_NAME").is_some() {
         builder.build()
     } else {

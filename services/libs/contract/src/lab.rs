@@ -1,0 +1,194 @@
+//! The antipattern lab's knobs: each switches one performance antipattern on in the
+//! service where it would really live. Every knob is off by default (the study's
+//! stages never set one), has a flag with this environment variable as its fallback,
+//! and shows on the service's spans as a resource attribute when it is on
+//! ([`crate::telemetry::attribute::LAB_KNOBS`]). Stage files set knobs by their
+//! environment variable (`[knobs]`), checked against [`KNOBS`].
+
+use std::collections::BTreeMap;
+
+use crate::Service;
+
+/// One knob: its environment variable, the service that reads it, its values (the
+/// first is the default, "off").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabKnob {
+    pub env: &'static str,
+    pub service: Service,
+    pub values: &'static [&'static str],
+    /// What the values do, for error messages and docs.
+    pub help: &'static str,
+}
+
+impl LabKnob {
+    pub fn default_value(&self) -> &'static str {
+        self.values[0]
+    }
+}
+
+/// `--audit-write`: utilization-service records each answer in an audit store (a
+/// modelled 20 ms write). `blocking` makes that write a synchronous call inside the
+/// async handler (Synchronous I/O); `async` awaits the same write.
+pub const ENV_AUDIT_WRITE: &str = "UTILIZATION_AUDIT_WRITE";
+
+/// Every knob of the lab.
+pub const KNOBS: [LabKnob; 1] = [LabKnob {
+    env: ENV_AUDIT_WRITE,
+    service: Service::Utilization,
+    values: &["off", "blocking", "async"],
+    help: "off: no audit write; blocking: a 20 ms synchronous write inside the async handler (Synchronous I/O); async: the same write awaited",
+}];
+
+/// The knob read from `env`, if the lab has one.
+pub fn knob(env: &str) -> Option<&'static LabKnob> {
+    KNOBS.iter().find(|k| k.env == env)
+}
+
+/// How utilization-service writes its audit record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuditWrite {
+    #[default]
+    Off,
+    /// A synchronous write that holds the runtime's worker thread.
+    Blocking,
+    /// The same write, awaited.
+    Async,
+}
+
+impl std::str::FromStr for AuditWrite {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "blocking" => Ok(Self::Blocking),
+            "async" => Ok(Self::Async),
+            other => Err(format!("{other:?}: use off, blocking or async")),
+        }
+    }
+}
+
+impl std::fmt::Display for AuditWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Off => "off",
+            Self::Blocking => "blocking",
+            Self::Async => "async",
+        })
+    }
+}
+
+/// A stage's knobs, each known to the lab and set to one of its values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LabKnobs(BTreeMap<String, String>);
+
+impl LabKnobs {
+    /// Checks every entry: a known knob, one of its values.
+    pub fn new(entries: BTreeMap<String, String>) -> Result<Self, String> {
+        for (env, value) in &entries {
+            let knob = knob(env).ok_or_else(|| {
+                let known: Vec<&str> = KNOBS.iter().map(|k| k.env).collect();
+                format!("knob {env} is not one of the lab's ({})", known.join(", "))
+            })?;
+            if !knob.values.contains(&value.as_str()) {
+                return Err(format!(
+                    "knob {env} = {value:?}: use one of {} ({})",
+                    knob.values.join(", "),
+                    knob.help
+                ));
+            }
+        }
+        Ok(Self(entries))
+    }
+
+    /// The knobs `service` reads, as environment variables.
+    pub fn for_service(&self, service: Service) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter(|(env, _)| knob(env).is_some_and(|k| k.service == service))
+            .map(|(env, value)| (env.clone(), value.clone()))
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value the stage gives the knob read from `env`, if it sets it.
+    pub fn get(&self, env: &str) -> Option<&str> {
+        self.0.get(env).map(String::as_str)
+    }
+
+    /// `ENV=value` pairs, for one line of text.
+    pub fn describe(&self) -> String {
+        let pairs: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        pairs.join(", ")
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LabKnobs {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let entries = BTreeMap::<String, String>::deserialize(deserializer)?;
+        Self::new(entries).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The resource attribute's value for a service's knobs that are on (`None` when all
+/// are off): `ENV=value` pairs.
+pub fn knobs_on(knobs: &[(&'static str, String)]) -> Option<String> {
+    let on: Vec<String> = knobs
+        .iter()
+        .filter(|(env, value)| knob(env).is_some_and(|k| k.default_value() != value))
+        .map(|(env, value)| format!("{env}={value}"))
+        .collect();
+    (!on.is_empty()).then(|| on.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_knob_is_off_by_default_and_parses() {
+        for knob in KNOBS {
+            assert_eq!(knob.default_value(), "off", "{}", knob.env);
+        }
+        for text in ["off", "blocking", "async"] {
+            let mode: AuditWrite = text.parse().expect(text);
+            assert_eq!(mode.to_string(), text);
+        }
+        assert_eq!(AuditWrite::default(), AuditWrite::Off);
+        assert!("sync".parse::<AuditWrite>().is_err());
+    }
+
+    #[test]
+    fn stage_knobs_are_checked_and_split_by_service() {
+        let knobs = LabKnobs::new(BTreeMap::from([(
+            ENV_AUDIT_WRITE.to_owned(),
+            "blocking".to_owned(),
+        )]))
+        .expect("known");
+        assert_eq!(
+            knobs.for_service(Service::Utilization).get(ENV_AUDIT_WRITE),
+            Some(&"blocking".to_owned())
+        );
+        assert!(knobs.for_service(Service::Gateway).is_empty());
+        let unknown = LabKnobs::new(BTreeMap::from([("GATEWAY_X".into(), "on".into())]));
+        assert!(unknown
+            .expect_err("unknown")
+            .contains("GATEWAY_X is not one of"));
+        let bad = LabKnobs::new(BTreeMap::from([(ENV_AUDIT_WRITE.into(), "sync".into())]));
+        assert!(bad
+            .expect_err("bad value")
+            .contains("use one of off, blocking, async"));
+    }
+
+    #[test]
+    fn only_knobs_that_are_on_show_on_spans() {
+        assert_eq!(knobs_on(&[(ENV_AUDIT_WRITE, "off".into())]), None);
+        assert_eq!(
+            knobs_on(&[(ENV_AUDIT_WRITE, "blocking".into())]).as_deref(),
+            Some("UTILIZATION_AUDIT_WRITE=blocking")
+        );
+    }
+}
