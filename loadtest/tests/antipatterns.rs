@@ -9,7 +9,8 @@ use std::process::Command;
 use dronelab_report::Report;
 use trace_analysis::diagnosis::FindingKind;
 
-fn run_pair(kind_dir: &str) -> Report {
+/// The pair's report, and its Markdown form.
+fn run_pair(kind_dir: &str) -> (Report, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let reports = dir.path().join("reports");
     let stages = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -29,13 +30,22 @@ fn run_pair(kind_dir: &str) -> Report {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    Report::read(&reports.join("latest")).expect("report.json is a Report")
+    let latest = reports.join("latest");
+    let markdown = std::fs::read_to_string(latest.join("report.md")).expect("report.md");
+    (
+        Report::read(&latest).expect("report.json is a Report"),
+        markdown,
+    )
 }
 
 #[test]
 #[ignore = "needs minutes: a quick tuning run of the pair (run by .ci/run)"]
 fn synchronous_io_is_named_and_its_fix_is_not() {
-    let report = run_pair("synchronous-io");
+    let (report, markdown) = run_pair("synchronous-io");
+    assert!(
+        markdown.contains("antipattern lab knobs on: `UTILIZATION_AUDIT_WRITE=blocking`"),
+        "{markdown}"
+    );
     let [bad, fixed] = report.stages.as_slice() else {
         panic!("a pair of stages: {:?}", report.stages.len());
     };

@@ -88,9 +88,17 @@ fn per_operation(report: &Report) -> String {
 /// A stage's diagnosis and its load, latency and Cosmos time series.
 fn stage_section(s: &StageReport) -> String {
     let mut out = String::new();
+    let knobs = if s.knobs.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "<p>Antipattern lab knobs on: <code>{}</code></p>",
+            escape(&s.knobs.describe())
+        )
+    };
     let _ = write!(
         out,
-        "<h2>{}</h2><p>{}</p>{}<div class=row>",
+        "<h2>{}</h2><p>{}</p>{knobs}{}<div class=row>",
         escape(&s.name),
         escape(&s.description),
         diagnosis(s)

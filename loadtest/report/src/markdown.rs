@@ -63,6 +63,9 @@ impl Report {
                 s.latency_ms.p99, s.latency_ms.max, outcomes, s.cosmos.requests, s.cosmos.throttled_requests,
                 s.cosmos.ru_total
             );
+            if !s.knobs.is_empty() {
+                let _ = writeln!(out, "- antipattern lab knobs on: `{}`", s.knobs.describe());
+            }
             out.push_str(&s.resources_markdown());
             out.push_str(&s.diagnosis_markdown());
         }
