@@ -85,22 +85,26 @@ fn per_operation(report: &Report) -> String {
     out
 }
 
+/// The antipattern lab's knobs a stage switched on (nothing for the study's stages).
+fn knobs(s: &StageReport) -> String {
+    if s.knobs.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<p>Antipattern lab knobs on: <code>{}</code></p>",
+        escape(&s.knobs.describe())
+    )
+}
+
 /// A stage's diagnosis and its load, latency and Cosmos time series.
 fn stage_section(s: &StageReport) -> String {
     let mut out = String::new();
-    let knobs = if s.knobs.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "<p>Antipattern lab knobs on: <code>{}</code></p>",
-            escape(&s.knobs.describe())
-        )
-    };
     let _ = write!(
         out,
-        "<h2>{}</h2><p>{}</p>{knobs}{}<div class=row>",
+        "<h2>{}</h2><p>{}</p>{}{}<div class=row>",
         escape(&s.name),
         escape(&s.description),
+        knobs(s),
         diagnosis(s)
     );
     let t = |f: &dyn Fn(&IntervalSample) -> f64| -> Vec<(f64, f64)> {
