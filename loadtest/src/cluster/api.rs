@@ -398,6 +398,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<(), ClusterError> {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
+        let pods_of = format!("app.kubernetes.io/name={deployment}");
         let started = Instant::now();
         loop {
             let current = api.get(deployment).await.map_err(|e| {
@@ -409,9 +410,7 @@ impl Cluster {
             let why = match rollout(&current) {
                 Rollout::Complete => return Ok(()),
                 Rollout::Failed(why) => {
-                    let pods = self
-                        .problems_of(&format!("app.kubernetes.io/name={deployment}"))
-                        .await;
+                    let pods = self.problems_of(&pods_of).await;
                     return Err(ClusterError::RolloutFailed {
                         deployment: deployment.to_owned(),
                         why: format!("{why}; {pods}"),
@@ -420,9 +419,7 @@ impl Cluster {
                 Rollout::Waiting(why) => why,
             };
             if started.elapsed() > timeout {
-                let pods = self
-                    .problems_of(&format!("app.kubernetes.io/name={deployment}"))
-                    .await;
+                let pods = self.problems_of(&pods_of).await;
                 return Err(ClusterError::RolloutTimeout {
                     deployment: deployment.to_owned(),
                     secs: timeout.as_secs(),
