@@ -4,17 +4,22 @@
 //! The rules, in order (every one that applies is reported; the first is the verdict):
 //! 1. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
 //!    service's time goes to waiting for retries → provision more RU/s.
-//! 2. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
+//! 2. **Improper Instantiation** — ≥ 0.5 Cosmos clients built per operation inside the
+//!    request (the SDK's client-created hook marks the span that was current) → build
+//!    one client at startup and share it.
+//! 3. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
 //!    but never has more than one attempt in flight → query the partitions in parallel.
-//! 3. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
+//! 4. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
 //!    → query with the partition key so one partition answers.
-//! 4. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
+//! 5. **Chatty I/O** — ≥ 3 logical Cosmos operations per operation within one
+//!    partition key range: round trips one query could combine → read with one query.
+//! 6. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
 //!    operation covered by none of its own spans: time its code neither awaited a
 //!    traced call nor handed back, the mark of a blocking call inside an async handler
 //!    (which also holds back every other request on that worker, so they start late and
 //!    their own spans stretch) → make the call asynchronous, or move it off the
 //!    runtime's workers.
-//! 5. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
+//! 7. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
 //!    the round trip and the services' own work → scale out on CPU if it saturates.
 
 use dronelab_contract::telemetry::attribute;
@@ -35,6 +40,19 @@ const RETRY_WAIT_SHARE: f64 = 0.05;
 /// second-long operation from counting.
 const UNEXPLAINED_MS: f64 = 5.0;
 const UNEXPLAINED_SHARE: f64 = 0.03;
+/// An operation counts as cross-partition from this many ranges on average.
+const CROSS_PARTITION_RANGES: f64 = 1.5;
+/// Improper Instantiation: Cosmos clients built per operation. A service builds its
+/// client once at startup, outside any request (0 here); rebuilding one on a rare
+/// failure stays far below. Every other request building one is a pattern, not an
+/// accident.
+const CLIENTS_PER_REQUEST: f64 = 0.5;
+/// Chatty I/O: logical Cosmos operations per operation within one partition key
+/// range. Every study shape makes one (stage 3's per-range queries are cross-partition,
+/// judged by rules 2–3); a read after a query is two; three or more calls to one
+/// partition are what one query could return (a drone list and a read per drone is
+/// 1 + drones: 3 with the default two drones per owner).
+const CHATTY_OPERATIONS: f64 = 3.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -47,6 +65,65 @@ pub enum FindingKind {
     CpuLimit,
     /// A blocking call inside an async handler (the antipattern lab).
     SynchronousIo,
+    /// A Cosmos client built per request (the antipattern lab).
+    ImproperInstantiation,
+    /// Many small Cosmos calls where one query would do (the antipattern lab).
+    ChattyIo,
+}
+
+impl FindingKind {
+    /// The kind's name in JSON and stage files (`synchronous_io`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Parses a kind's name (`chatty_io`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+    }
+
+    /// What an antipattern of the lab is, in one sentence (`None` for the study's
+    /// findings).
+    pub fn about(self) -> Option<&'static str> {
+        match self {
+            Self::SynchronousIo => Some("a blocking call inside an async handler holds one of the runtime's few worker threads: other requests wait to be polled, latency grows with concurrency while the CPU stays idle"),
+            Self::ChattyIo => Some("many small round trips where one would do: a list and a point read per item instead of one query, each call paying the network and the database's per-request cost"),
+            Self::ImproperInstantiation => Some("a client meant to be built once and shared is built per request: every request repeats the account and container metadata reads and opens new connections"),
+            _ => None,
+        }
+    }
+}
+
+impl Diagnosis {
+    /// The figure the rule for `kind` judges, with its label (`None` for kinds judged
+    /// otherwise).
+    pub fn signal(&self, kind: FindingKind) -> Option<(&'static str, f64)> {
+        match kind {
+            FindingKind::Throttling => Some((
+                "throttled share of Cosmos calls",
+                self.cosmos.throttled_share,
+            )),
+            FindingKind::ImproperInstantiation => Some((
+                "Cosmos clients built per operation",
+                self.cosmos.clients_created_per_request,
+            )),
+            FindingKind::ChattyIo => Some((
+                "Cosmos operations per operation",
+                self.cosmos.operations_per_request,
+            )),
+            FindingKind::SynchronousIo => Some((
+                "unexplained server ms per operation",
+                self.backends
+                    .iter()
+                    .map(|b| b.unexplained_ms)
+                    .fold(0.0, f64::max),
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// A component or the machine counts as CPU-bound from this share of its capacity
@@ -106,6 +183,12 @@ pub struct CosmosEvidence {
     pub partition_ranges_per_operation: f64,
     /// Operations that touched more than one partition key range.
     pub cross_partition_share: f64,
+    /// Logical Cosmos operations (a query, a point read) per entry operation.
+    #[serde(default)]
+    pub operations_per_request: f64,
+    /// Cosmos clients built inside the entry operation, per entry operation.
+    #[serde(default)]
+    pub clients_created_per_request: f64,
 }
 
 /// Links to look at for one stage: a typical trace, the slowest, one with a 429.
@@ -386,80 +469,138 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
                 3,
             )
         },
+        operations_per_request: round(
+            per_op.iter().map(|s| s.cosmos_operations).sum::<usize>() as f64 / n,
+            2,
+        ),
+        clients_created_per_request: round(
+            per_op.iter().map(|s| s.clients_created).sum::<usize>() as f64 / n,
+            2,
+        ),
     }
 }
 
 fn findings(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let pct = |v: f64| format!("{:.1}%", v * 100.0);
-    if c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE {
-        out.push(Finding {
-            kind: FindingKind::Throttling,
-            title: "Cosmos DB throttling (HTTP 429)".into(),
-            evidence: format!(
-                "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
-                pct(c.throttled_share),
-                c.service,
-                c.throttled_per_operation,
-                pct(c.retry_wait_share)
-            ),
-            next_step: format!(
-                "provision more RU/s: the demand is {:.1} RU per operation and the partitions run out of budget",
-                c.ru_per_operation
-            ),
-        });
-    }
-    let cross = c.partition_ranges_per_operation >= 1.5;
-    if cross && c.fan_out_concurrency_p50 <= 1.0 {
-        out.push(Finding {
-            kind: FindingKind::SerialFanOut,
-            title: "Serial cross-partition fan-out".into(),
-            evidence: format!(
-                "each operation queries {:.1} partition key ranges ({:.2} calls) but never more than {} at a time (median max concurrency {:.0})",
-                c.partition_ranges_per_operation,
-                c.calls_per_operation,
-                c.fan_out_concurrency_max,
-                c.fan_out_concurrency_p50
-            ),
-            next_step: "query the partitions in parallel (query parallelism -1)".into(),
-        });
-    }
-    if cross {
-        out.push(Finding {
-            kind: FindingKind::CrossPartitionCost,
-            title: "Cross-partition query cost".into(),
-            evidence: format!(
-                "{} of operations fan out to {:.1} partition key ranges: {:.2} calls and {:.1} RU per operation",
-                pct(c.cross_partition_share),
-                c.partition_ranges_per_operation,
-                c.calls_per_operation,
-                c.ru_per_operation
-            ),
-            next_step: "query with the partition key (the ownerId-partitioned container): one partition answers, with one call and a fraction of the RU".into(),
-        });
-    }
-    if let Some(finding) = synchronous_io(backends) {
-        out.push(finding);
-    }
+    let mut out: Vec<Finding> = [
+        throttling(c),
+        improper_instantiation(c),
+        serial_fan_out(c),
+        cross_partition_cost(c),
+        chatty_io(c),
+        synchronous_io(backends),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if out.is_empty() {
-        let dominant = backends
-            .first()
-            .map(|b| format!("; {} is {} of latency", b.service, pct(b.share_of_latency)))
-            .unwrap_or_default();
-        out.push(Finding {
-            kind: FindingKind::NoCosmosBottleneck,
-            title: "No Cosmos bottleneck left".into(),
-            evidence: format!(
-                "{:.2} calls and {:.1} RU per operation on a single partition key range, {} throttled, {:.0} ms mean latency{dominant}",
-                c.calls_per_operation,
-                c.ru_per_operation,
-                pct(c.throttled_share),
-                latency_us / 1e3
-            ),
-            next_step: "scale out on CPU: add replicas of the busiest service when its CPU saturates; the rest of the latency is the database round trip".into(),
-        });
+        out.push(no_cosmos_bottleneck(c, backends, latency_us));
     }
     out
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+fn throttling(c: &CosmosEvidence) -> Option<Finding> {
+    (c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE).then(|| Finding {
+        kind: FindingKind::Throttling,
+        title: "Cosmos DB throttling (HTTP 429)".into(),
+        evidence: format!(
+            "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
+            pct(c.throttled_share),
+            c.service,
+            c.throttled_per_operation,
+            pct(c.retry_wait_share)
+        ),
+        next_step: format!(
+            "provision more RU/s: the demand is {:.1} RU per operation and the partitions run out of budget",
+            c.ru_per_operation
+        ),
+    })
+}
+
+/// An operation spans several partition key ranges.
+fn cross_partition(c: &CosmosEvidence) -> bool {
+    c.partition_ranges_per_operation >= CROSS_PARTITION_RANGES
+}
+
+fn serial_fan_out(c: &CosmosEvidence) -> Option<Finding> {
+    (cross_partition(c) && c.fan_out_concurrency_p50 <= 1.0).then(|| Finding {
+        kind: FindingKind::SerialFanOut,
+        title: "Serial cross-partition fan-out".into(),
+        evidence: format!(
+            "each operation queries {:.1} partition key ranges ({:.2} calls) but never more than {} at a time (median max concurrency {:.0})",
+            c.partition_ranges_per_operation,
+            c.calls_per_operation,
+            c.fan_out_concurrency_max,
+            c.fan_out_concurrency_p50
+        ),
+        next_step: "query the partitions in parallel (query parallelism -1)".into(),
+    })
+}
+
+fn cross_partition_cost(c: &CosmosEvidence) -> Option<Finding> {
+    cross_partition(c).then(|| Finding {
+        kind: FindingKind::CrossPartitionCost,
+        title: "Cross-partition query cost".into(),
+        evidence: format!(
+            "{} of operations fan out to {:.1} partition key ranges: {:.2} calls and {:.1} RU per operation",
+            pct(c.cross_partition_share),
+            c.partition_ranges_per_operation,
+            c.calls_per_operation,
+            c.ru_per_operation
+        ),
+        next_step: "query with the partition key (the ownerId-partitioned container): one partition answers, with one call and a fraction of the RU".into(),
+    })
+}
+
+/// Clients built inside requests, at least every other request.
+fn improper_instantiation(c: &CosmosEvidence) -> Option<Finding> {
+    (c.clients_created_per_request >= CLIENTS_PER_REQUEST).then(|| Finding {
+        kind: FindingKind::ImproperInstantiation,
+        title: "Improper Instantiation".into(),
+        evidence: format!(
+            "{} builds {:.2} Cosmos clients per operation: each repeats the account and container metadata reads and opens new connections before its first call",
+            c.service, c.clients_created_per_request
+        ),
+        next_step: format!(
+            "build one Cosmos client when {} starts and share it (it is thread-safe and keeps its connections and metadata caches)",
+            c.service
+        ),
+    })
+}
+
+/// Several logical calls per operation to one partition, where one query would do.
+fn chatty_io(c: &CosmosEvidence) -> Option<Finding> {
+    (c.operations_per_request >= CHATTY_OPERATIONS && !cross_partition(c)).then(|| Finding {
+        kind: FindingKind::ChattyIo,
+        title: "Chatty I/O".into(),
+        evidence: format!(
+            "{} makes {:.1} Cosmos operations ({:.2} calls, {:.1} RU) per operation, all in one partition key range: round trips one query could combine",
+            c.service, c.operations_per_request, c.calls_per_operation, c.ru_per_operation
+        ),
+        next_step: "read the records with one query (the study's SELECT over the owner's partition) instead of a list and a point read per item".into(),
+    })
+}
+
+fn no_cosmos_bottleneck(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Finding {
+    let dominant = backends
+        .first()
+        .map(|b| format!("; {} is {} of latency", b.service, pct(b.share_of_latency)))
+        .unwrap_or_default();
+    Finding {
+        kind: FindingKind::NoCosmosBottleneck,
+        title: "No Cosmos bottleneck left".into(),
+        evidence: format!(
+            "{:.2} calls and {:.1} RU per operation on a single partition key range, {} throttled, {:.0} ms mean latency{dominant}",
+            c.calls_per_operation,
+            c.ru_per_operation,
+            pct(c.throttled_share),
+            latency_us / 1e3
+        ),
+        next_step: "scale out on CPU: add replicas of the busiest service when its CPU saturates; the rest of the latency is the database round trip".into(),
+    }
 }
 
 /// The backend with the most unexplained server time, if it crosses both thresholds.
@@ -740,6 +881,70 @@ mod tests {
             assert_eq!(
                 verdict_with(&[backend(avg, unexplained)]),
                 FindingKind::NoCosmosBottleneck
+            );
+        }
+    }
+
+    fn with(f: impl FnOnce(&mut CosmosEvidence)) -> FindingKind {
+        let mut c = evidence(0.0, 0.0, 1.0, 1.0);
+        f(&mut c);
+        kinds(&c)[0]
+    }
+
+    #[test]
+    fn improper_instantiation_from_half_a_client_per_operation() {
+        use FindingKind::*;
+        assert_eq!(
+            with(|c| c.clients_created_per_request = 0.5),
+            ImproperInstantiation
+        );
+        assert_eq!(
+            with(|c| c.clients_created_per_request = 1.0),
+            ImproperInstantiation
+        );
+        assert_eq!(
+            with(|c| c.clients_created_per_request = 0.49),
+            NoCosmosBottleneck
+        );
+        let mut c = evidence(0.0, 0.0, 1.0, 1.0);
+        c.clients_created_per_request = 1.0;
+        assert!(findings(&c, &[], 1e5)[0]
+            .evidence
+            .contains("builds 1.00 Cosmos clients per operation"));
+        // Throttling is still the first thing to fix.
+        c.throttled_share = 0.2;
+        assert_eq!(kinds(&c)[..2], [Throttling, ImproperInstantiation]);
+    }
+
+    #[test]
+    fn chatty_io_from_three_operations_in_one_partition() {
+        use FindingKind::*;
+        assert_eq!(with(|c| c.operations_per_request = 3.0), ChattyIo);
+        assert_eq!(with(|c| c.operations_per_request = 3.1), ChattyIo);
+        assert_eq!(with(|c| c.operations_per_request = 2.9), NoCosmosBottleneck);
+        // Per-range queries across partitions are the fan-out's, not chatter.
+        let mut fan_out = evidence(0.0, 0.0, 9.0, 9.0);
+        fan_out.operations_per_request = 9.0;
+        assert_eq!(kinds(&fan_out), [CrossPartitionCost]);
+    }
+
+    #[test]
+    fn the_lab_rules_are_silent_on_the_study_stages() {
+        // The study's four shapes: one operation per request (nine per-range queries in
+        // stage 3, across partitions), the client built at startup.
+        let stages = [
+            (evidence(0.2, 0.1, 9.0, 1.0), 1.0),
+            (evidence(0.0, 0.0, 9.0, 1.0), 1.0),
+            (evidence(0.0, 0.0, 9.0, 9.0), 9.0),
+            (evidence(0.0, 0.0, 1.0, 1.0), 1.0),
+        ];
+        for (mut c, operations) in stages {
+            c.operations_per_request = operations;
+            let named = kinds(&c);
+            assert!(
+                !named.contains(&FindingKind::ChattyIo)
+                    && !named.contains(&FindingKind::ImproperInstantiation),
+                "{named:?}"
             );
         }
     }

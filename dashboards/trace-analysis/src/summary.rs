@@ -11,7 +11,7 @@ use dronelab_contract::telemetry::attribute::{
     COSMOS_PARTITION_KEY_RANGE_ID as RANGE, COSMOS_REQUEST_CHARGE as CHARGE,
     DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, SPAN_KIND,
 };
-use dronelab_contract::telemetry::COSMOS_DB_SYSTEM;
+use dronelab_contract::telemetry::{event, COSMOS_DB_SYSTEM};
 
 use crate::jaeger::{Span, Trace};
 
@@ -35,6 +35,14 @@ pub struct ServiceSummary {
     /// its own code between awaited calls, or a call no span shows (a blocking one).
     #[serde(default)]
     pub unexplained_us: u64,
+    /// Logical Cosmos operations: distinct spans its attempts hang under (a query per
+    /// feed range counts once per range, a retried call once).
+    #[serde(default)]
+    pub cosmos_operations: usize,
+    /// Cosmos clients built while one of its spans was current
+    /// ([`event::COSMOS_CLIENT_CREATED`] events).
+    #[serde(default)]
+    pub clients_created: usize,
 }
 
 /// The gap between a 429 attempt and the retry that followed it.
@@ -135,6 +143,18 @@ fn retry_waits(attempts: &[&Span]) -> Vec<RetryWait> {
         .collect()
 }
 
+/// How many of the span's events (Jaeger logs) are named `name`.
+fn count_events(span: &Span, name: &str) -> usize {
+    span.logs
+        .iter()
+        .filter(|log| {
+            log.fields
+                .iter()
+                .any(|f| f.key == "event" && f.value.as_str() == Some(name))
+        })
+        .count()
+}
+
 /// Time inside a service's server spans covered by none of its other spans (µs).
 fn unexplained(spans: &[&Span]) -> u64 {
     let is_server = |s: &Span| s.tag_text(SPAN_KIND).as_deref() == Some("server");
@@ -212,6 +232,15 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
                     .len(),
                 retry_wait_us,
                 unexplained_us: unexplained(spans),
+                cosmos_operations: attempts
+                    .iter()
+                    .filter_map(|a| a.parent_id())
+                    .collect::<BTreeSet<_>>()
+                    .len(),
+                clients_created: spans
+                    .iter()
+                    .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
+                    .sum(),
             }
         })
         .collect::<Vec<_>>();
@@ -317,6 +346,36 @@ mod tests {
             .into(),
             warnings: None,
         }
+    }
+
+    #[test]
+    fn operations_count_the_spans_attempts_hang_under_and_client_events_count() {
+        let mut server = span("s1", None, 0, 1000, &[("span.kind", "server")]);
+        let created = |at| crate::jaeger::Log {
+            timestamp: at,
+            fields: vec![KeyValue {
+                key: "event".into(),
+                value_type: "string".into(),
+                value: event::COSMOS_CLIENT_CREATED.into(),
+            }],
+        };
+        server.logs = vec![created(5), created(6)];
+        let t = trace(vec![
+            server,
+            span("q1", Some("s1"), 10, 100, &[]),
+            attempt("a1", "q1", 10, 50, "200", "0"),
+            span("r1", Some("s1"), 200, 100, &[]),
+            attempt("a2", "r1", 200, 50, "200", "0"),
+            // A read retried after a 429 is still one operation.
+            span("r2", Some("s1"), 400, 300, &[]),
+            attempt("a3", "r2", 400, 10, "429", "0"),
+            attempt("a4", "r2", 500, 10, "200", "0"),
+        ]);
+        let u = &summarize(&t).services[0];
+        assert_eq!((u.cosmos_attempts, u.cosmos_operations), (4, 3));
+        assert_eq!(u.clients_created, 2);
+        let quiet = trace(vec![span("s1", None, 0, 10, &[("span.kind", "server")])]);
+        assert_eq!(summarize(&quiet).services[0].clients_created, 0);
     }
 
     #[test]

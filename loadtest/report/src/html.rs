@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use trace_analysis::diagnosis::FindingKind;
 
+use super::lab;
 use super::model::{describe_load, CosmosSample, Report, StageReport};
 use super::svg::{bar_chart, escape, line_chart, Series};
 use loadgen::IntervalSample;
@@ -31,6 +32,7 @@ pub fn render(report: &Report) -> String {
     body.push_str("<h2>Measured vs the study</h2>");
     body.push_str(&markdown_table_to_html(&report.markdown_table()));
     body.push_str(&per_operation(report));
+    body.push_str(&lab(report));
     for stage in &report.stages {
         body.push_str(&stage_section(stage));
     }
@@ -241,6 +243,57 @@ fn diagnosis(stage: &StageReport) -> String {
             .map(|(label, link)| format!("<a href='{}'>{label}</a>", escape(link)))
             .collect();
         let _ = write!(out, "<p>Traces: {}</p>", links.join(" · "));
+    }
+    out
+}
+
+/// The confusion matrix and each antipattern's stages side by side, with trace links.
+fn lab(report: &Report) -> String {
+    let pairs = report.antipatterns();
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let kind = |k: Option<FindingKind>| k.map_or_else(|| "–".to_owned(), FindingKind::name);
+    let mut out = String::from(
+        "<h2>Antipattern lab</h2><table><tr><th>stage</th><th>antipattern</th><th>expected</th><th>named</th><th></th></tr>",
+    );
+    for row in report.lab_matrix() {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&row.stage),
+            escape(row.antipattern.as_deref().unwrap_or("study")),
+            kind(row.expected),
+            kind(row.named),
+            if row.agrees() { "✓" } else { "✗" }
+        );
+    }
+    out.push_str("</table>");
+    for (name, stages) in pairs {
+        let about = lab::pair_kind(&stages)
+            .and_then(FindingKind::about)
+            .unwrap_or_default();
+        let (signal, rows) = lab::pair_rows(&stages);
+        let _ = write!(
+            out,
+            "<h3>{}</h3><p>{}.</p><table><tr><th>stage</th><th>throughput (req/s)</th><th>e2e p50/p99 (ms)</th><th>RU/invoice</th><th>Cosmos calls/invoice</th><th>{}</th><th>named</th><th>typical trace</th></tr>",
+            escape(name),
+            escape(about),
+            escape(&signal)
+        );
+        for [stage, rps, latency, ru, calls, value, named, trace] in rows {
+            let trace = if trace.is_empty() {
+                "–".to_owned()
+            } else {
+                format!("<a href='{}'>open</a>", escape(&trace))
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{rps}</td><td>{latency}</td><td>{ru}</td><td>{calls}</td><td>{value}</td><td>{named}</td><td>{trace}</td></tr>",
+                escape(&stage)
+            );
+        }
+        out.push_str("</table>");
     }
     out
 }

@@ -5,9 +5,11 @@
 //!
 //! - [`model`]: what the report holds, stage by stage;
 //! - [`resources`]: CPU and memory per component, and how a stage's samples sum up;
+//! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
 mod html;
+pub mod lab;
 mod markdown;
 pub mod model;
 pub mod resources;

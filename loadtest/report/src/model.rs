@@ -70,6 +70,12 @@ pub struct StageReport {
     /// The antipattern lab's knobs the stage switched on (none in the study's stages).
     #[serde(default, skip_serializing_if = "LabKnobs::is_empty")]
     pub knobs: LabKnobs,
+    /// The main problem the stage file expects the diagnosis to name (a finding kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
+    /// The antipattern pair the stage belongs to, in a `loadtest lab` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub antipattern: Option<String>,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
@@ -115,6 +121,8 @@ impl StageReport {
                 .then(|| published::published_for(&stage.name))
                 .flatten(),
             knobs: stage.knobs.clone(),
+            expect: stage.expect.clone(),
+            antipattern: stage.antipattern.clone(),
             interval_secs: load.interval_secs,
             series: load.series.clone(),
             cosmos_series: measured.series,

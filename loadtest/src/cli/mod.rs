@@ -1,4 +1,4 @@
-//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `diagnose`, and the hidden `component`
+//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `lab`, `diagnose`, and the hidden `component`
 //! the local stack uses to start each service as its own process. One module per command
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
@@ -36,6 +36,10 @@ pub enum Command {
     Up(up::UpArgs),
     /// The main job: run the study's four tuning stages and report beside its numbers.
     Tune(Box<TuneArgs>),
+    /// The antipattern lab: the study's four stages and every antipattern pair under
+    /// `loadtest/stages/antipatterns` (`--only <antipattern>,study`), ending with the
+    /// confusion matrix of the problem each stage expects against the one diagnosed.
+    Lab(Box<TuneArgs>),
     /// Combine the records of a run's shards (`run --shard i/N --record`) into one.
     Merge(merge::MergeArgs),
     /// Read traces from a Jaeger-compatible API and name the bottleneck and the next step.
@@ -87,6 +91,12 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
         Command::Tune(args) => {
             init_logging();
             if let Err(e) = crate::tune::tune(*args).await {
+                return fail(e);
+            }
+        }
+        Command::Lab(args) => {
+            init_logging();
+            if let Err(e) = crate::tune::lab(*args).await {
                 return fail(e);
             }
         }

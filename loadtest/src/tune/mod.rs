@@ -5,6 +5,7 @@
 //! diagnosed), and writes the report.
 
 mod environment;
+mod lab;
 mod measure;
 mod stage;
 
@@ -27,10 +28,13 @@ pub struct TuneArgs {
     /// How long each stage runs: study (8 min), default (2 min), quick (30 s).
     #[arg(long, value_enum, default_value = "default")]
     pub profile: RunProfile,
-    /// Directory of stage files (default: the built-in four stages).
+    /// Directory of stage files (default: the built-in four stages). In `lab`: the
+    /// directory of the antipattern pairs, one directory each (default
+    /// `loadtest/stages/antipatterns`).
     #[arg(long)]
     pub stages: Option<PathBuf>,
-    /// Run only these stages (names, comma-separated).
+    /// Run only these stages (names, comma-separated). In `lab`, a name may also be an
+    /// antipattern's (its directory, e.g. `chatty-io`) or `study` (the four stages).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Where reports go (`<dir>/<run-id>/`, plus `<dir>/latest`).
@@ -43,7 +47,8 @@ pub struct TuneArgs {
     pub target: Option<url::Url>,
     /// With `--target`: the command that puts a stage's query knobs in place and returns
     /// once the rollout is done, run through `sh -c` before every stage with `{stage}`
-    /// replaced by the stage's name (also in `DRONELAB_STAGE`), e.g.
+    /// replaced by the stage's overlay under `k8s/overlays` (its name, or
+    /// `antipatterns/<kind>/<name>` in `lab`; also in `DRONELAB_STAGE`), e.g.
     /// `kubectl apply -k k8s/overlays/{stage} && kubectl rollout status deployment/utilization-service`.
     #[arg(long, requires = "target")]
     pub stage_command: Option<String>,
@@ -136,6 +141,17 @@ fn run_id() -> String {
 /// Runs the stages and writes the report; returns its directory.
 pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     let stages = selected_stages(&args)?;
+    run_stages(&args, stages).await
+}
+
+/// `loadtest lab`: the study's stages and every antipattern pair in one run; the report
+/// ends with the confusion matrix.
+pub async fn lab(args: TuneArgs) -> Result<PathBuf, TuneError> {
+    let stages = lab::stages(&args)?;
+    run_stages(&args, stages).await
+}
+
+async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, TuneError> {
     let Some(first) = stages.first() else {
         return Err(TuneError::NoStages);
     };
@@ -144,7 +160,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
     std::fs::create_dir_all(&dir)?;
     let model = EmulatorModel::default();
     let run = Run {
-        args: &args,
+        args,
         stages: &stages,
         id,
         dir: dir.clone(),
@@ -155,7 +171,7 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
         return Err(TuneError::UtilizationUrlAlone);
     }
     if args.cluster {
-        let environment = ClusterEnvironment::connect(&args).await?;
+        let environment = ClusterEnvironment::connect(args).await?;
         // Ctrl-C must not leave load pods running in the cluster.
         let cluster = environment.cluster();
         tokio::select! {
@@ -166,10 +182,10 @@ pub async fn tune(args: TuneArgs) -> Result<PathBuf, TuneError> {
             }
         }
     } else if let Some(target) = &args.target {
-        run.on(ExistingTarget::connect(&args, target.clone(), first).await?)
+        run.on(ExistingTarget::connect(args, target.clone(), first).await?)
             .await
     } else {
-        run.on(LocalStack::start(&args, first, &dir, &model).await?)
+        run.on(LocalStack::start(args, first, &dir, &model).await?)
             .await
     }
 }
@@ -222,6 +238,10 @@ impl Run<'_> {
         );
         report.write(&self.dir, &self.args.reports)?;
         println!("{}", report.markdown_table());
+        let lab = report.lab_markdown();
+        if !lab.is_empty() {
+            println!("{lab}");
+        }
         println!("report: {}", self.dir.join("report.html").display());
         environment.close(self.args.keep_up).await;
         Ok(self.dir)

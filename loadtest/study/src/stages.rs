@@ -36,6 +36,25 @@ pub struct Stage {
     /// (`[knobs]` in the stage file; none in the study's stages).
     #[serde(default, skip_serializing_if = "LabKnobs::is_empty")]
     pub knobs: LabKnobs,
+    /// The main problem the diagnosis should name (`expect` in the stage file: a finding
+    /// kind such as `throttling` or `synchronous_io`); `loadtest lab` compares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect: Option<String>,
+    /// The antipattern this stage belongs to (its directory under
+    /// `stages/antipatterns/`), when `loadtest lab` runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub antipattern: Option<String>,
+}
+
+impl Stage {
+    /// Where the stage's Kubernetes overlay lives under `k8s/overlays`: its name, or
+    /// `antipatterns/<kind>/<name>` for a lab pair's stage.
+    pub fn overlay(&self) -> String {
+        match &self.antipattern {
+            Some(kind) => format!("antipatterns/{kind}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 const EMBEDDED: [(&str, &str); 4] = [
@@ -82,6 +101,7 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         config: StageConfig,
         #[serde(default)]
         knobs: LabKnobs,
+        expect: Option<String>,
     }
     let file: File = toml::from_str(text).map_err(|e| StageError::Invalid {
         file: name.to_owned(),
@@ -103,6 +123,8 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         description: file.description,
         config: file.config,
         knobs: file.knobs,
+        expect: file.expect,
+        antipattern: None,
     })
 }
 

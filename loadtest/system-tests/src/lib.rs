@@ -167,7 +167,9 @@ impl TestStack {
             cosmos: self.cosmos_args(),
             query_parallelism: knobs.parallelism,
             use_partition_key: knobs.use_partition_key,
-            audit_write: dronelab_contract::lab::AuditWrite::Off,
+            audit_write: Default::default(),
+            point_reads: Default::default(),
+            client_per_request: Default::default(),
         }
     }
 

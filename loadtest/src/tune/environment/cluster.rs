@@ -81,7 +81,7 @@ impl Environment for ClusterEnvironment {
     async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {
         apply_overlay(
             &self.cluster,
-            &self.overlays.join(&stage.name),
+            &self.overlays.join(stage.overlay()),
             &stage.name,
             self.rollout_timeout,
         )

@@ -46,11 +46,11 @@ impl Environment for ExistingTarget {
     async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {
         let wanted = stage.config.knobs();
         match &self.stage_command {
-            Some(command) => run_stage_command(command, &stage.name).await?,
-            None if wanted != self.knobs => {
+            Some(command) => run_stage_command(command, &stage.overlay()).await?,
+            None if wanted != self.knobs || !stage.knobs.is_empty() => {
                 eprintln!(
                     "  apply k8s/overlays/{} (parallelism {}, partition key {}) now; the run continues in {} s (--stage-command does this for you)",
-                    stage.name,
+                    stage.overlay(),
                     wanted.parallelism,
                     wanted.use_partition_key,
                     MANUAL_APPLY_WAIT.as_secs()

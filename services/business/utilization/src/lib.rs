@@ -14,10 +14,14 @@
 //! Every mode returns the same sums for the same data. Every Cosmos attempt becomes a
 //! client span (see `cosmos_kit`) under a span per feed-range query.
 //!
-//! The antipattern lab's Synchronous I/O knob (`--audit-write`, [`audit`]) adds an
-//! audit write to every answer: blocking or awaited. Off by default.
+//! The antipattern lab's knobs, all off by default: Synchronous I/O (`--audit-write`,
+//! [`audit`]) adds an audit write to every answer, blocking or awaited; Chatty I/O
+//! (`--point-reads per-drone`, [`point_reads`]) reads the month record by record;
+//! Improper Instantiation (`--client-per-request on`) builds a Cosmos client for every
+//! request.
 
 mod audit;
+mod point_reads;
 mod query;
 
 use std::future::Future;
@@ -29,7 +33,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use cosmos_kit::{BackendError, CosmosArgs, CosmosTelemetry, LazyContainer, CONNECT_TIMEOUT};
 use dronelab_contract::knobs::{ENV_QUERY_PARALLELISM, ENV_USE_PARTITION_KEY};
-use dronelab_contract::lab::{AuditWrite, ENV_AUDIT_WRITE};
+use dronelab_contract::lab::{
+    AuditWrite, ClientPerRequest, PointReads, ENV_AUDIT_WRITE, ENV_CLIENT_PER_REQUEST,
+    ENV_POINT_READS,
+};
 use dronelab_contract::{routes, Container, OwnerMonth, Service};
 use service_kit::server::{self, Instrumentation, Limits, RequestContext};
 use service_kit::Telemetry;
@@ -60,6 +67,14 @@ pub struct UtilizationArgs {
     /// awaited.
     #[arg(long, env = ENV_AUDIT_WRITE, default_value = "off")]
     pub audit_write: AuditWrite,
+    /// Antipattern lab (Chatty I/O): off = one query; per-drone = list the month's
+    /// drones, then one point read per drone, one after another.
+    #[arg(long, env = ENV_POINT_READS, default_value = "off")]
+    pub point_reads: PointReads,
+    /// Antipattern lab (Improper Instantiation): on = build a new Cosmos client (metadata
+    /// reads, connections) for every request instead of sharing one.
+    #[arg(long, env = ENV_CLIENT_PER_REQUEST, default_value = "off")]
+    pub client_per_request: ClientPerRequest,
 }
 
 /// The service's error: a bad request, or Cosmos throttling or failing.
@@ -71,6 +86,10 @@ pub struct AppState {
     use_partition_key: bool,
     parallelism: QueryParallelism,
     audit_write: AuditWrite,
+    point_reads: PointReads,
+    client_per_request: ClientPerRequest,
+    /// To build a client per request (`--client-per-request on`).
+    cosmos_args: CosmosArgs,
     telemetry: Telemetry,
     cosmos: CosmosTelemetry,
     instrumentation: Instrumentation,
@@ -107,6 +126,8 @@ impl AppState {
             parallelism = %args.query_parallelism,
             use_partition_key = args.use_partition_key,
             audit_write = %args.audit_write,
+            point_reads = %args.point_reads,
+            client_per_request = %args.client_per_request,
             "utilization query configured"
         );
         Arc::new(Self {
@@ -115,6 +136,9 @@ impl AppState {
             use_partition_key: args.use_partition_key,
             parallelism: args.query_parallelism,
             audit_write: args.audit_write,
+            point_reads: args.point_reads,
+            client_per_request: args.client_per_request,
+            cosmos_args: args.cosmos.clone(),
             telemetry,
             cosmos,
             instrumentation,
@@ -179,6 +203,13 @@ impl server::ServiceCommand for Cli {
     }
 
     fn lab_knobs(&self) -> Vec<(&'static str, String)> {
-        vec![(ENV_AUDIT_WRITE, self.args.audit_write.to_string())]
+        vec![
+            (ENV_AUDIT_WRITE, self.args.audit_write.to_string()),
+            (ENV_POINT_READS, self.args.point_reads.to_string()),
+            (
+                ENV_CLIENT_PER_REQUEST,
+                self.args.client_per_request.to_string(),
+            ),
+        ]
     }
 }

@@ -1,12 +1,16 @@
 //! Runs the study's query in the configured shape and turns every page's attempts into spans.
 
+use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::feed::FeedRange;
 use azure_data_cosmos::{FeedScope, Query};
 use cosmos_kit::{Operation, OperationCost};
+use dronelab_contract::lab::{ClientPerRequest, PointReads};
 use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::OwnerMonth;
 use futures::{StreamExt, TryStreamExt};
+use opentelemetry::trace::FutureExt as _;
 use opentelemetry::{Context, KeyValue};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::{AppState, QueryParallelism, Utilization, UtilizationError};
@@ -17,15 +21,26 @@ pub const STUDY_QUERY: &str =
 /// The fields summed; the rest of each document is ignored.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Record {
+pub(crate) struct Record {
     #[serde(default)]
     traveled_miles: f64,
     #[serde(default)]
     assigned_hours: f64,
 }
 
-fn study_query(request: &OwnerMonth) -> Result<Query, UtilizationError> {
-    Ok(Query::from(STUDY_QUERY)
+impl Record {
+    pub(crate) fn add_to(&self, sum: &mut Utilization) {
+        sum.traveled_miles += self.traveled_miles;
+        sum.assigned_hours += self.assigned_hours;
+    }
+}
+
+/// `text` with the owner-month's three parameters.
+pub(crate) fn owner_month_query(
+    text: &'static str,
+    request: &OwnerMonth,
+) -> Result<Query, UtilizationError> {
+    Ok(Query::from(text)
         .with_parameter("@ownerId", request.owner_id.as_str())?
         .with_parameter("@year", request.year.get())?
         .with_parameter("@month", request.month.get())?)
@@ -36,15 +51,35 @@ pub async fn run(
     cx: &Context,
     request: &OwnerMonth,
 ) -> Result<Utilization, UtilizationError> {
-    let query = study_query(request)?;
+    // Improper Instantiation (lab knob): a client of its own for this request, built
+    // under the request's context so its creation shows in the trace.
+    let own_client;
+    let container = match state.client_per_request {
+        ClientPerRequest::Off => state.container.get()?,
+        ClientPerRequest::On => {
+            own_client = cosmos_kit::open_container(&state.cosmos_args, state.container_name)
+                .with_context(cx.clone())
+                .await
+                .map_err(UtilizationError::NotConnected)?;
+            &own_client
+        }
+    };
+    match state.point_reads {
+        PointReads::Off => query(state, cx, container, request).await,
+        PointReads::PerDrone => crate::point_reads::run(state, cx, container, request).await,
+    }
+}
+
+/// The study's query, in the configured shape.
+async fn query(
+    state: &AppState,
+    cx: &Context,
+    container: &ContainerClient,
+    request: &OwnerMonth,
+) -> Result<Utilization, UtilizationError> {
+    let query = owner_month_query(STUDY_QUERY, request)?;
     let (scopes, limit) = if state.use_partition_key {
-        (
-            vec![(
-                "partition key".to_owned(),
-                FeedScope::partition(request.owner_id.to_string()),
-            )],
-            1,
-        )
+        (vec![partition_scope(request)], 1)
     } else {
         match state.parallelism {
             QueryParallelism::Serial => (
@@ -55,7 +90,7 @@ pub async fn run(
                 1,
             ),
             parallel => {
-                let ranges = state.container.get()?.read_feed_ranges(None).await?;
+                let ranges = container.read_feed_ranges(None).await?;
                 let limit = match parallel {
                     QueryParallelism::AtMost(n) => n.get(),
                     _ => ranges.len().max(1),
@@ -72,7 +107,16 @@ pub async fn run(
     };
     let results: Vec<Result<(Utilization, OperationCost), UtilizationError>> =
         futures::stream::iter(scopes)
-            .map(|(label, scope)| query_scope(state, cx, query.clone(), label, scope))
+            .map(|scope| {
+                query_scope(
+                    state,
+                    cx,
+                    container,
+                    (STUDY_QUERY, query.clone()),
+                    scope,
+                    |sum: &mut Utilization, record: Record| record.add_to(sum),
+                )
+            })
             .buffer_unordered(limit)
             .collect()
             .await;
@@ -98,26 +142,39 @@ pub async fn run(
     }
 }
 
+/// The owner's logical partition, labelled for the span.
+pub(crate) fn partition_scope(request: &OwnerMonth) -> (String, FeedScope) {
+    (
+        "partition key".to_owned(),
+        FeedScope::partition(request.owner_id.to_string()),
+    )
+}
+
 /// Drains one query (one feed range, the whole container, or one logical partition)
-/// under its own span, recording each page's attempts.
-async fn query_scope(
+/// under its own span, recording each page's attempts and folding every item into the
+/// answer with `fold`.
+pub(crate) async fn query_scope<T, A>(
     state: &AppState,
     parent: &Context,
-    query: Query,
-    label: String,
-    scope: FeedScope,
-) -> Result<(Utilization, OperationCost), UtilizationError> {
-    let container = state.container.get()?;
+    container: &ContainerClient,
+    (text, query): (&'static str, Query),
+    (label, scope): (String, FeedScope),
+    fold: fn(&mut A, T),
+) -> Result<(A, OperationCost), UtilizationError>
+where
+    T: DeserializeOwned + Send + Sync + 'static,
+    A: Default,
+{
     let attributes = vec![
-        KeyValue::new(attribute::DB_QUERY_TEXT, STUDY_QUERY),
+        KeyValue::new(attribute::DB_QUERY_TEXT, text),
         KeyValue::new(attribute::COSMOS_QUERY_SCOPE, label),
     ];
     let name = format!("query {}", state.container_name);
     let mut span = state.cosmos.span(parent, name, state.query(), attributes);
-    let mut sum = Utilization::default();
+    let mut answer = A::default();
     let drained: Result<(), azure_data_cosmos::CosmosError> = async {
         let mut pages = container
-            .query_items::<Record>(query, scope, None)
+            .query_items::<T>(query, scope, None)
             .await?
             .into_pages();
         while let Some(page) = pages
@@ -126,9 +183,8 @@ async fn query_scope(
             .inspect_err(|e| span.record(e.diagnostics().as_ref()))?
         {
             span.record(Some(&page.diagnostics()));
-            for record in page.items() {
-                sum.traveled_miles += record.traveled_miles;
-                sum.assigned_hours += record.assigned_hours;
+            for item in page.into_items() {
+                fold(&mut answer, item);
             }
         }
         Ok(())
@@ -136,12 +192,12 @@ async fn query_scope(
     .await;
     let cost = span.end(drained.as_ref().err());
     drained?;
-    Ok((sum, cost))
+    Ok((answer, cost))
 }
 
 impl AppState {
     /// The operation every utilization query is, for its spans and metrics.
-    fn query(&self) -> Operation {
+    pub(crate) fn query(&self) -> Operation {
         Operation {
             name: operation::QUERY_ITEMS,
             container: self.container_name,

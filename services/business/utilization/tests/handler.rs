@@ -7,8 +7,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cosmos_emulator::{Config, InProcess};
 use cosmos_kit::CosmosArgs;
-use dronelab_contract::lab::AuditWrite;
-use dronelab_contract::telemetry::{attribute, metric};
+use dronelab_contract::lab::{AuditWrite, ClientPerRequest, PointReads};
+use dronelab_contract::telemetry::{attribute, event, metric, operation};
 use dronelab_contract::{routes, Container, QueryParallelism, Utilization, DATABASE};
 use http_body_util::BodyExt as _;
 use opentelemetry::trace::SpanKind;
@@ -80,23 +80,27 @@ async fn service(
     parallelism: &str,
     use_partition_key: bool,
 ) -> (axum::Router, InMemorySpanExporter) {
-    service_auditing(emulator, parallelism, use_partition_key, AuditWrite::Off).await
+    service_with(emulator, parallelism, use_partition_key, |_| {}).await
 }
 
-async fn service_auditing(
+/// The service with the antipattern lab's knobs as `lab` sets them.
+async fn service_with(
     emulator: &InProcess,
     parallelism: &str,
     use_partition_key: bool,
-    audit_write: AuditWrite,
+    lab: impl FnOnce(&mut UtilizationArgs),
 ) -> (axum::Router, InMemorySpanExporter) {
-    let args = UtilizationArgs {
+    let mut args = UtilizationArgs {
         cosmos: cosmos(emulator),
         query_parallelism: parallelism
             .parse::<QueryParallelism>()
             .expect("parallelism"),
         use_partition_key,
-        audit_write,
+        audit_write: AuditWrite::Off,
+        point_reads: PointReads::Off,
+        client_per_request: ClientPerRequest::Off,
     };
+    lab(&mut args);
     let spans = InMemorySpanExporter::default();
     let telemetry = Telemetry::with_exporter("utilization-service", spans.clone());
     let state = AppState::connect(&args, telemetry)
@@ -264,8 +268,10 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
             .collect()
     };
 
-    let (blocking, blocking_spans) =
-        service_auditing(&emulator, "0", true, AuditWrite::Blocking).await;
+    let (blocking, blocking_spans) = service_with(&emulator, "0", true, |a| {
+        a.audit_write = AuditWrite::Blocking
+    })
+    .await;
     utilization(&blocking).await;
     let started = std::time::Instant::now();
     tokio::join!(utilization(&blocking), utilization(&blocking));
@@ -279,7 +285,8 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
         "no span covers a blocking call"
     );
 
-    let (awaited, awaited_spans) = service_auditing(&emulator, "0", true, AuditWrite::Async).await;
+    let (awaited, awaited_spans) =
+        service_with(&emulator, "0", true, |a| a.audit_write = AuditWrite::Async).await;
     tokio::join!(utilization(&awaited), utilization(&awaited));
     let writes = audit_spans(&awaited_spans);
     assert_eq!(writes.len(), 2);
@@ -298,4 +305,85 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
     let (off, off_spans) = service(&emulator, "0", true).await;
     utilization(&off).await;
     assert!(audit_spans(&off_spans).is_empty());
+}
+
+fn expected_sum() -> (f64, f64) {
+    RECORDS
+        .iter()
+        .fold((0.0, 0.0), |(m, h), (_, miles, hours)| {
+            (m + miles, h + hours)
+        })
+}
+
+fn assert_sums(sum: &Utilization, what: &str) {
+    let expected = expected_sum();
+    assert!(
+        (sum.traveled_miles - expected.0).abs() < 1e-9
+            && (sum.assigned_hours - expected.1).abs() < 1e-9,
+        "{what}: {sum:?}"
+    );
+}
+
+/// Chatty I/O: the same sums from a drone list and one point read per drone, made one
+/// after another (never two at once), in both containers.
+#[tokio::test]
+async fn point_reads_per_drone_sum_the_same_records_one_call_per_drone() {
+    let emulator = seeded().await;
+    for use_key in [true, false] {
+        let (app, spans) = service_with(&emulator, "0", use_key, |a| {
+            a.point_reads = PointReads::PerDrone
+        })
+        .await;
+        assert_sums(
+            &utilization(&app).await,
+            &format!("per drone, key {use_key}"),
+        );
+        let all = attempts(&spans);
+        let reads: Vec<SpanData> = all
+            .iter()
+            .filter(|s| {
+                s.attributes.iter().any(|kv| {
+                    kv.key.as_str() == attribute::DB_OPERATION_NAME
+                        && kv.value.as_str() == operation::READ_ITEM
+                })
+            })
+            .cloned()
+            .collect();
+        assert_eq!(
+            reads.len(),
+            RECORDS.len(),
+            "one read per drone, key {use_key}"
+        );
+        assert!(all.len() > reads.len(), "and the drone list's query");
+        assert_eq!(most_at_once(&reads), 1, "awaited one after another");
+    }
+}
+
+/// Improper Instantiation: a client built per request shows as an event on the
+/// request's server span; the shared client (built at startup) leaves none.
+#[tokio::test]
+async fn a_client_per_request_marks_every_request_and_the_shared_one_none() {
+    let emulator = seeded().await;
+    let created = |spans: &InMemorySpanExporter| -> usize {
+        spans
+            .get_finished_spans()
+            .expect("spans")
+            .iter()
+            .filter(|s| s.span_kind == SpanKind::Server)
+            .flat_map(|s| s.events.iter())
+            .filter(|e| e.name == event::COSMOS_CLIENT_CREATED)
+            .count()
+    };
+    let (per_request, spans) = service_with(&emulator, "0", true, |a| {
+        a.client_per_request = ClientPerRequest::On
+    })
+    .await;
+    for _ in 0..3 {
+        assert_sums(&utilization(&per_request).await, "client per request");
+    }
+    assert_eq!(created(&spans), 3, "one client per request");
+
+    let (shared, shared_spans) = service(&emulator, "0", true).await;
+    assert_sums(&utilization(&shared).await, "shared client");
+    assert_eq!(created(&shared_spans), 0);
 }

@@ -26,55 +26,118 @@ impl LabKnob {
     }
 }
 
+/// An enum of a knob's values, each with its text (the first is the default, "off"),
+/// parsed and printed by that text; `VALUES` lists them in order.
+macro_rules! knob_values {
+    ($(#[$meta:meta])* $name:ident {
+        $(#[$first_meta:meta])* $first:ident = $first_text:literal,
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub enum $name {
+            $(#[$first_meta])*
+            #[default]
+            $first,
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const VALUES: &'static [&'static str] = &[$first_text, $($text),+];
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $first_text => Ok(Self::$first),
+                    $($text => Ok(Self::$variant),)+
+                    other => Err(format!("{other:?}: use one of {}", Self::VALUES.join(", "))),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    Self::$first => $first_text,
+                    $(Self::$variant => $text,)+
+                })
+            }
+        }
+    };
+}
+
 /// `--audit-write`: utilization-service records each answer in an audit store (a
 /// modelled 20 ms write). `blocking` makes that write a synchronous call inside the
 /// async handler (Synchronous I/O); `async` awaits the same write.
 pub const ENV_AUDIT_WRITE: &str = "UTILIZATION_AUDIT_WRITE";
 
+/// `--point-reads`: `per-drone` makes utilization-service list the owner's drones for
+/// the month and read each drone's record with its own point read, one after another,
+/// instead of one query (Chatty I/O).
+pub const ENV_POINT_READS: &str = "UTILIZATION_POINT_READS";
+
+/// `--client-per-request`: `on` makes utilization-service build a new Cosmos client for
+/// every request instead of sharing one (Improper Instantiation).
+pub const ENV_CLIENT_PER_REQUEST: &str = "UTILIZATION_CLIENT_PER_REQUEST";
+
 /// Every knob of the lab.
-pub const KNOBS: [LabKnob; 1] = [LabKnob {
-    env: ENV_AUDIT_WRITE,
-    service: Service::Utilization,
-    values: &["off", "blocking", "async"],
-    help: "off: no audit write; blocking: a 20 ms synchronous write inside the async handler (Synchronous I/O); async: the same write awaited",
-}];
+pub const KNOBS: [LabKnob; 3] = [
+    LabKnob {
+        env: ENV_AUDIT_WRITE,
+        service: Service::Utilization,
+        values: AuditWrite::VALUES,
+        help: "off: no audit write; blocking: a 20 ms synchronous write inside the async handler (Synchronous I/O); async: the same write awaited",
+    },
+    LabKnob {
+        env: ENV_POINT_READS,
+        service: Service::Utilization,
+        values: PointReads::VALUES,
+        help: "off: one query sums the month; per-drone: list the drones, then one point read per drone, one after another (Chatty I/O)",
+    },
+    LabKnob {
+        env: ENV_CLIENT_PER_REQUEST,
+        service: Service::Utilization,
+        values: ClientPerRequest::VALUES,
+        help: "off: one Cosmos client shared by every request; on: a new client per request (Improper Instantiation)",
+    },
+];
 
 /// The knob read from `env`, if the lab has one.
 pub fn knob(env: &str) -> Option<&'static LabKnob> {
     KNOBS.iter().find(|k| k.env == env)
 }
 
-/// How utilization-service writes its audit record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AuditWrite {
-    #[default]
-    Off,
-    /// A synchronous write that holds the runtime's worker thread.
-    Blocking,
-    /// The same write, awaited.
-    Async,
-}
-
-impl std::str::FromStr for AuditWrite {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "off" => Ok(Self::Off),
-            "blocking" => Ok(Self::Blocking),
-            "async" => Ok(Self::Async),
-            other => Err(format!("{other:?}: use off, blocking or async")),
-        }
+knob_values! {
+    /// How utilization-service writes its audit record.
+    AuditWrite {
+        Off = "off",
+        /// A synchronous write that holds the runtime's worker thread.
+        Blocking = "blocking",
+        /// The same write, awaited.
+        Async = "async",
     }
 }
 
-impl std::fmt::Display for AuditWrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Off => "off",
-            Self::Blocking => "blocking",
-            Self::Async => "async",
-        })
+knob_values! {
+    /// How utilization-service reads a month's records.
+    PointReads {
+        /// One query.
+        Off = "off",
+        /// The drones' ids first, then a point read per drone.
+        PerDrone = "per-drone",
+    }
+}
+
+knob_values! {
+    /// Whether utilization-service builds a Cosmos client per request.
+    ClientPerRequest {
+        /// One client, built at startup and shared.
+        Off = "off",
+        /// A new client (and its metadata reads and connections) for every request.
+        On = "on",
     }
 }
 

@@ -61,6 +61,14 @@ pub mod operation {
     pub const QUERY_ITEMS: &str = "query_items";
 }
 
+/// Span event names.
+pub mod event {
+    /// A Cosmos client was built while this span was current: its metadata reads and
+    /// new connections were paid inside the request (one per request is Improper
+    /// Instantiation).
+    pub const COSMOS_CLIENT_CREATED: &str = "cosmos client created";
+}
+
 /// The name of a Cosmos attempt's client span: `<operation> <container>`.
 pub fn cosmos_attempt_span(operation: &str, container: &str) -> String {
     format!("{operation} {container}")

@@ -7,6 +7,18 @@ use azure_data_cosmos::clients::ContainerClient;
 
 use crate::{BackendError, CosmosArgs};
 
+/// Builds a client and opens container `name` with it: the account and container
+/// metadata reads, and new connections. A service does this once ([`LazyContainer`]);
+/// doing it per request is the Improper Instantiation antipattern.
+pub async fn open_container(args: &CosmosArgs, name: &str) -> Result<ContainerClient, String> {
+    let client = args.connect().await.map_err(|e| e.to_string())?;
+    client
+        .database_client(&args.database)
+        .container_client(name, None)
+        .await
+        .map_err(|e| format!("container {}/{name} is not reachable: {e}", args.database))
+}
+
 /// A container client that connects in the background, so a service starts serving (and
 /// answers `/healthz`) at once and reports not ready — `/readyz` and its API answer 503 —
 /// until Cosmos DB and the container answer. In Kubernetes the database, or the seed that
@@ -61,7 +73,7 @@ impl LazyContainer {
     async fn keep_connecting(self: Arc<Self>, args: CosmosArgs) {
         let mut backoff = RECONNECT_BACKOFF.0;
         for attempt in 1u64.. {
-            match Self::open(&args, self.name).await {
+            match open_container(&args, self.name).await {
                 Ok(client) => {
                     tracing::info!(container = self.name, attempt, "connected to Cosmos DB");
                     let _ = self.client.set(client);
@@ -78,15 +90,6 @@ impl LazyContainer {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(RECONNECT_BACKOFF.1);
         }
-    }
-
-    async fn open(args: &CosmosArgs, name: &str) -> Result<ContainerClient, String> {
-        let client = args.connect().await.map_err(|e| e.to_string())?;
-        client
-            .database_client(&args.database)
-            .container_client(name, None)
-            .await
-            .map_err(|e| format!("container {}/{name} is not reachable: {e}", args.database))
     }
 
     fn last_error(&self) -> String {

@@ -14,7 +14,7 @@ pub mod error;
 pub mod settings;
 pub mod telemetry;
 
-pub use container::{LazyContainer, CONNECT_TIMEOUT};
+pub use container::{open_container, LazyContainer, CONNECT_TIMEOUT};
 pub use error::BackendError;
 pub use settings::{ConnectError, CosmosArgs, SecretString, SDK_ENVIRONMENT};
 pub use telemetry::{CosmosSpan, CosmosTelemetry, Operation, OperationCost};

@@ -143,7 +143,8 @@ impl CosmosArgs {
             endpoint,
             Secret::from(self.key().expose().to_owned()),
         );
-        let mut builder = CosmosClient::builder();
+        let mut builder = CosmosClient::builder()
+            .with_diagnostics_handler(std::sync::Arc::new(crate::telemetry::ClientCreationEvents));
         if self.max_retries.is_some() || self.max_retry_wait_secs.is_some() {
             let mut retry = ThrottlingRetryOptionsBuilder::new();
             if let Some(n) = self.max_retries {

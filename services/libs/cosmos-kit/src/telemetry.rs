@@ -11,10 +11,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use azure_data_cosmos::diagnostics::{ClientLifetimeToken, CosmosClientInfo, DiagnosticsHandler};
 use azure_data_cosmos::models::ItemResponse;
 use azure_data_cosmos::CosmosError;
 use azure_data_cosmos_driver::diagnostics::DiagnosticsContext;
-use dronelab_contract::telemetry::{attribute, cosmos_attempt_span, metric, COSMOS_DB_SYSTEM};
+use dronelab_contract::telemetry::{
+    attribute, cosmos_attempt_span, event, metric, COSMOS_DB_SYSTEM,
+};
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -23,6 +26,27 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use service_kit::metrics::MetricsRegistry;
 use service_kit::Telemetry;
+
+/// Marks every Cosmos client built while a span is current with an event on that span
+/// ([`event::COSMOS_CLIENT_CREATED`]). Building a client costs metadata reads and new
+/// connections; built inside a request, that cost is paid per request (Improper
+/// Instantiation), and the event shows it in the trace. The SDK calls this hook
+/// synchronously while it builds the client, so the current context is the caller's
+/// when the build is awaited under it (`FutureExt::with_context`). A client built at
+/// startup, outside any span, leaves no event.
+#[derive(Debug)]
+pub struct ClientCreationEvents;
+
+impl DiagnosticsHandler for ClientCreationEvents {
+    fn handle(&self, _: &DiagnosticsContext, _: &azure_core::http::Context<'_>) {}
+
+    fn on_client_created(&self, _: &CosmosClientInfo) -> Option<ClientLifetimeToken> {
+        Context::current()
+            .span()
+            .add_event(event::COSMOS_CLIENT_CREATED, Vec::new());
+        None
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CosmosLabels {

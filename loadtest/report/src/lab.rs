@@ -1,0 +1,177 @@
+//! The antipattern lab's part of a report (`loadtest lab`): the confusion matrix — for
+//! every stage that says what it expects, the main problem expected and the one the
+//! diagnosis named — and, per antipattern, its bad and fixed stages side by side.
+
+use std::fmt::Write as _;
+
+use trace_analysis::diagnosis::FindingKind;
+
+use crate::{Report, StageReport};
+
+/// One stage of the matrix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabRow {
+    pub stage: String,
+    /// The antipattern pair it belongs to (`None`: a study stage).
+    pub antipattern: Option<String>,
+    /// `None` when the stage file's `expect` is not a finding kind.
+    pub expected: Option<FindingKind>,
+    /// `None` when the stage has no diagnosis.
+    pub named: Option<FindingKind>,
+}
+
+impl LabRow {
+    pub fn agrees(&self) -> bool {
+        self.expected.is_some() && self.expected == self.named
+    }
+}
+
+impl StageReport {
+    /// The main problem its diagnosis named: the first finding that is not a CPU limit.
+    /// A CPU limit is about the machine that measured (on a shared 2-core machine it can
+    /// top any stage); the report shows it in the stage's findings.
+    pub fn named_problem(&self) -> Option<FindingKind> {
+        self.diagnosis.as_ref().and_then(|d| {
+            d.findings
+                .iter()
+                .map(|f| f.kind)
+                .find(|k| *k != FindingKind::CpuLimit)
+        })
+    }
+}
+
+impl Report {
+    /// Every stage with an expectation, in run order.
+    pub fn lab_matrix(&self) -> Vec<LabRow> {
+        self.stages
+            .iter()
+            .filter_map(|s| {
+                let expect = s.expect.as_deref()?;
+                Some(LabRow {
+                    stage: s.name.clone(),
+                    antipattern: s.antipattern.clone(),
+                    expected: FindingKind::from_name(expect),
+                    named: s.named_problem(),
+                })
+            })
+            .collect()
+    }
+
+    /// The antipattern pairs in run order, each with its stages.
+    pub fn antipatterns(&self) -> Vec<(&str, Vec<&StageReport>)> {
+        let mut pairs: Vec<(&str, Vec<&StageReport>)> = Vec::new();
+        for stage in &self.stages {
+            let Some(kind) = stage.antipattern.as_deref() else {
+                continue;
+            };
+            match pairs.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, stages)) => stages.push(stage),
+                None => pairs.push((kind, vec![stage])),
+            }
+        }
+        pairs
+    }
+
+    /// The matrix and a section per antipattern, as Markdown ("" outside `lab`).
+    pub fn lab_markdown(&self) -> String {
+        let pairs = self.antipatterns();
+        if pairs.is_empty() {
+            return String::new();
+        }
+        let matrix = self.lab_matrix();
+        let agree = matrix.iter().filter(|r| r.agrees()).count();
+        let mut out = format!(
+            "\n## Antipattern lab\n\n{agree} of {} stages named as expected (a CPU limit is left out: it is about the machine).\n\n| stage | antipattern | expected | named | |\n|---|---|---|---|---|\n",
+            matrix.len()
+        );
+        let kind = |k: Option<FindingKind>| k.map_or_else(|| "–".to_owned(), FindingKind::name);
+        for row in &matrix {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                row.stage,
+                row.antipattern.as_deref().unwrap_or("study"),
+                kind(row.expected),
+                kind(row.named),
+                if row.agrees() { "✓" } else { "✗" }
+            );
+        }
+        for (name, stages) in pairs {
+            out.push_str(&pair_markdown(name, &stages));
+        }
+        out
+    }
+}
+
+/// The antipattern's kind: what its first stage expects.
+pub fn pair_kind(stages: &[&StageReport]) -> Option<FindingKind> {
+    stages
+        .first()
+        .and_then(|s| s.expect.as_deref())
+        .and_then(FindingKind::from_name)
+}
+
+/// One row per stage of a pair: the figures, the antipattern's own signal, the verdict
+/// and a typical trace.
+pub fn pair_rows(stages: &[&StageReport]) -> (String, Vec<[String; 8]>) {
+    let kind = pair_kind(stages);
+    let mut label = String::from("signal");
+    let rows = stages
+        .iter()
+        .map(|s| {
+            let signal = s
+                .diagnosis
+                .as_ref()
+                .zip(kind)
+                .and_then(|(d, k)| d.signal(k));
+            if let Some((name, _)) = signal {
+                label = name.to_owned();
+            }
+            // Per invoice, from the traces when diagnosed: the service's metrics count
+            // per Cosmos operation, which hides a chatty request's several operations.
+            let (ru, calls) = s.diagnosis.as_ref().map_or(
+                (s.cosmos.ru_per_operation, s.cosmos.calls_per_operation),
+                |d| (d.cosmos.ru_per_operation, d.cosmos.calls_per_operation),
+            );
+            let typical = s
+                .trace_links
+                .as_ref()
+                .and_then(|l| l.typical.clone())
+                .unwrap_or_default();
+            [
+                s.name.clone(),
+                format!("{:.1}", s.throughput_rps),
+                format!("{:.0}/{:.0}", s.latency_ms.p50, s.latency_ms.p99),
+                format!("{ru:.1}"),
+                format!("{calls:.2}"),
+                signal.map_or_else(|| "–".to_owned(), |(_, v)| format!("{v:.2}")),
+                s.named_problem()
+                    .map_or_else(|| "–".to_owned(), FindingKind::name),
+                typical,
+            ]
+        })
+        .collect();
+    (label, rows)
+}
+
+fn pair_markdown(name: &str, stages: &[&StageReport]) -> String {
+    let about = pair_kind(stages)
+        .and_then(FindingKind::about)
+        .unwrap_or_default();
+    let (signal, rows) = pair_rows(stages);
+    let mut out = format!(
+        "\n### {name}\n\n{about}.\n\n| stage | throughput (req/s) | e2e p50/p99 (ms) | RU/invoice | Cosmos calls/invoice | {signal} | named | typical trace |\n|---|---|---|---|---|---|---|---|\n"
+    );
+    for [stage, rps, latency, ru, calls, value, named, trace] in rows {
+        let trace = if trace.is_empty() {
+            "–".to_owned()
+        } else {
+            format!("[open]({trace})")
+        };
+        let _ = writeln!(
+            out,
+            "| {stage} | {rps} | {latency} | {ru} | {calls} | {value} | {named} | {trace} |"
+        );
+    }
+    out
+}
