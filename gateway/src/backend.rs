@@ -2,12 +2,14 @@
 //! beyond it the call fails at once and the invoice is answered without that section),
 //! a per-call timeout, and a retry on connection failure or 503 with exponential backoff
 //! and full jitter, capped by a retry budget so retries can never multiply the load on a
-//! struggling backend (the Retry Storm antipattern).
+//! struggling backend (the Retry Storm antipattern). The antipattern lab's storm
+//! (`--retry-storm on`) drops all three: up to [`STORM_RETRIES`] retries, at once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::Uri;
+use dronelab_contract::lab::STORM_RETRIES;
 use dronelab_contract::{Section, SectionError};
 use opentelemetry::Context;
 use rand::Rng;
@@ -56,6 +58,8 @@ pub struct CallPolicy {
     pub timeout: Duration,
     pub max_retries: u32,
     pub backoff_base: Duration,
+    /// Retry at once, unbudgeted, up to [`STORM_RETRIES`] times (the lab's Retry Storm).
+    pub storm: bool,
 }
 
 /// Retries allowed: 20% of recent calls (over 10 s), and at least 5 per second.
@@ -135,6 +139,14 @@ impl Caller<'_> {
                 outcome,
                 CallOutcome::ConnectFailed(_) | CallOutcome::Response { status: 503, .. }
             );
+            if self.policy.storm {
+                // The antipattern, on purpose: again at once, whatever the backend said.
+                if retryable && attempt < STORM_RETRIES {
+                    attempt += 1;
+                    continue;
+                }
+                return outcome;
+            }
             if retryable && attempt < self.policy.max_retries && self.budget.withdraw() {
                 attempt += 1;
                 tokio::time::sleep(backoff(self.policy.backoff_base, attempt)).await;

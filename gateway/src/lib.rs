@@ -27,6 +27,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use dronelab_contract::lab::{RetryStorm, ENV_RETRY_STORM};
 use dronelab_contract::telemetry::attribute;
 use dronelab_contract::{routes, Invoice, OwnerMonth, Section, SectionError, Service};
 use lifecycle::http::RateLimitedWarning;
@@ -87,6 +88,10 @@ pub struct GatewayArgs {
     #[arg(long, env = "GATEWAY_MAX_CONCURRENCY", default_value_t = DEFAULT_MAX_CONCURRENCY,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_concurrency: u32,
+    /// Antipattern lab (Retry Storm): on = retry a failed backend call at once, up to 10
+    /// times, without the retry budget, backoff or jitter.
+    #[arg(long, env = ENV_RETRY_STORM, default_value = "off")]
+    pub retry_storm: RetryStorm,
 }
 
 impl GatewayArgs {
@@ -99,6 +104,7 @@ impl GatewayArgs {
             backend_timeout_ms: DEFAULT_BACKEND_TIMEOUT_MS,
             max_retries: DEFAULT_MAX_RETRIES,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            retry_storm: RetryStorm::Off,
         }
     }
 }
@@ -146,6 +152,7 @@ impl AppState {
                 timeout: Duration::from_millis(args.backend_timeout_ms),
                 max_retries: args.max_retries,
                 backoff_base: Duration::from_millis(25),
+                storm: args.retry_storm == RetryStorm::On,
             },
             delivery: backend(
                 Section::Deliveries,
@@ -344,6 +351,10 @@ impl server::ServiceCommand for Cli {
 
     async fn build(self, telemetry: Telemetry) -> Result<Router, String> {
         AppState::new(&self.args, telemetry).map(build_app)
+    }
+
+    fn lab_knobs(&self) -> Vec<(&'static str, String)> {
+        vec![(ENV_RETRY_STORM, self.args.retry_storm.to_string())]
     }
 }
 

@@ -502,3 +502,52 @@ async fn a_busy_backend_sheds_whole_invoices_not_partial_ones() {
         0.0
     );
 }
+
+/// A stand-in backend that answers every call 503 and counts them.
+async fn refusing() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = calls.clone();
+    let app = Router::new().fallback(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async { StatusCode::SERVICE_UNAVAILABLE }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (Backend { addr, task }, calls)
+}
+
+/// The antipattern lab's Retry Storm: a refusing backend gets one call and up to two
+/// budgeted, backed-off retries per invoice by default; with the storm, ten more at once.
+#[tokio::test]
+async fn a_retry_storm_hammers_a_refusing_backend_and_the_budget_does_not() {
+    use dronelab_contract::lab::{RetryStorm, STORM_RETRIES};
+    let fine = Backend::start(Duration::ZERO, every_section()).await;
+    for (storm, expected) in [
+        (RetryStorm::Off, 1 + u64::from(gateway::DEFAULT_MAX_RETRIES)),
+        (RetryStorm::On, 1 + u64::from(STORM_RETRIES)),
+    ] {
+        let (down, calls) = refusing().await;
+        let mut storm_args = args(down.url(), fine.url(), fine.url());
+        storm_args.retry_storm = storm;
+        let app = gateway(&storm_args);
+        let started = Instant::now();
+        let (status, _, invoice, _) = get(&app, INVOICE).await;
+        assert_eq!(status, 200, "{invoice}");
+        assert!(invoice["deliveries"].is_null(), "{invoice}");
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::Relaxed),
+            expected,
+            "{storm}"
+        );
+        if storm == RetryStorm::On {
+            assert!(
+                started.elapsed() < Duration::from_millis(500),
+                "no backoff: {:?}",
+                started.elapsed()
+            );
+        }
+    }
+}

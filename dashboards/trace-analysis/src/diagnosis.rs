@@ -2,6 +2,9 @@
 //! show it, and what to try next.
 //!
 //! The rules, in order (every one that applies is reported; the first is the verdict):
+//! 0. **Retry Storm** — an outgoing call (the gateway's to a backend) is retried ≥ 0.25
+//!    times per call, ≥ half of the retries within 2 ms of the failure before them →
+//!    retry within a budget, with backoff and jitter.
 //! 1. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
 //!    service's time goes to waiting for retries → provision more RU/s.
 //! 2. **Improper Instantiation** — ≥ 0.5 Cosmos clients built per operation inside the
@@ -40,6 +43,13 @@ const RETRY_WAIT_SHARE: f64 = 0.05;
 /// second-long operation from counting.
 const UNEXPLAINED_MS: f64 = 5.0;
 const UNEXPLAINED_SHARE: f64 = 0.03;
+/// Retry Storm: retries per call of one outgoing call, and the share of them sent at
+/// once. The gateway's budget allows retries of 20 % of recent calls (plus 5 a second),
+/// with full-jitter backoff from 25 ms, so fewer than 10 % of its retries come within
+/// 2 ms; a storm retries every failure at once. A quarter of the calls retried rules
+/// out a rare immediate retry (a reconnect after a dropped keep-alive connection).
+const STORM_RETRIES_PER_CALL: f64 = 0.25;
+const STORM_IMMEDIATE_SHARE: f64 = 0.5;
 /// An operation counts as cross-partition from this many ranges on average.
 const CROSS_PARTITION_RANGES: f64 = 1.5;
 /// Improper Instantiation: Cosmos clients built per operation. A service builds its
@@ -69,6 +79,8 @@ pub enum FindingKind {
     ImproperInstantiation,
     /// Many small Cosmos calls where one query would do (the antipattern lab).
     ChattyIo,
+    /// Failed calls retried at once, without budget or backoff (the antipattern lab).
+    RetryStorm,
 }
 
 impl FindingKind {
@@ -91,6 +103,7 @@ impl FindingKind {
         match self {
             Self::SynchronousIo => Some("a blocking call inside an async handler holds one of the runtime's few worker threads: other requests wait to be polled, latency grows with concurrency while the CPU stays idle"),
             Self::ChattyIo => Some("many small round trips where one would do: a list and a point read per item instead of one query, each call paying the network and the database's per-request cost"),
+            Self::RetryStorm => Some("a failing call retried at once, again and again, without a budget or backoff: each retry adds load to the backend that is already failing, so it recovers later, and every caller waits for the retries"),
             Self::ImproperInstantiation => Some("a client meant to be built once and shared is built per request: every request repeats the account and container metadata reads and opens new connections"),
             _ => None,
         }
@@ -106,6 +119,9 @@ impl Diagnosis {
                 "throttled share of Cosmos calls",
                 self.cosmos.throttled_share,
             )),
+            FindingKind::RetryStorm => {
+                Some(("retries per backend call", self.retries.retries_per_call))
+            }
             FindingKind::ImproperInstantiation => Some((
                 "Cosmos clients built per operation",
                 self.cosmos.clients_created_per_request,
@@ -191,6 +207,17 @@ pub struct CosmosEvidence {
     pub clients_created_per_request: f64,
 }
 
+/// The outgoing call retried most per call, across the traces.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetryEvidence {
+    /// The calling service and its call (span name), e.g. `gateway`, `GET deliveries`.
+    pub service: String,
+    pub call: String,
+    pub retries_per_call: f64,
+    /// Retries sent within 2 ms of the attempt before them: no backoff.
+    pub immediate_share: f64,
+}
+
 /// Links to look at for one stage: a typical trace, the slowest, one with a 429.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceLinks {
@@ -208,6 +235,9 @@ pub struct Diagnosis {
     /// Dominant backend's mean time / the next slowest backend's.
     pub dominant_ratio: f64,
     pub cosmos: CosmosEvidence,
+    /// Retries of the most retried outgoing call.
+    #[serde(default)]
+    pub retries: RetryEvidence,
     pub findings: Vec<Finding>,
 }
 
@@ -399,7 +429,12 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         .map(|(s, _)| s.to_owned())
         .unwrap_or_default();
     let cosmos = cosmos_evidence(&summaries, &cosmos_service);
-    let findings = findings(&cosmos, &backends, latency_us);
+    let retries = retry_evidence(&summaries);
+    let mut findings = findings(&cosmos, &backends, latency_us);
+    if let Some(storm) = retry_storm(&retries) {
+        findings.insert(0, storm);
+        findings.retain(|f| f.kind != FindingKind::NoCosmosBottleneck);
+    }
     Diagnosis {
         traces: summaries.len(),
         entry_latency_avg_ms: round(latency_us / 1e3, 1),
@@ -407,8 +442,62 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         dominant_ratio,
         backends,
         cosmos,
+        retries,
         findings,
     }
+}
+
+/// Sums every (service, call) over the traces and keeps the most retried per call.
+fn retry_evidence(summaries: &[TraceSummary]) -> RetryEvidence {
+    let mut totals = std::collections::BTreeMap::<(&str, &str), (usize, usize, usize)>::new();
+    for service in summaries.iter().flat_map(|s| s.services.iter()) {
+        for call in &service.calls {
+            let t = totals
+                .entry((service.service.as_str(), call.name.as_str()))
+                .or_default();
+            t.0 += call.calls;
+            t.1 += call.retries;
+            t.2 += call.immediate_retries;
+        }
+    }
+    totals
+        .into_iter()
+        .filter(|(_, (calls, _, _))| *calls > 0)
+        .map(
+            |((service, call), (calls, retries, immediate))| RetryEvidence {
+                service: service.to_owned(),
+                call: call.to_owned(),
+                retries_per_call: round(retries as f64 / calls as f64, 2),
+                immediate_share: if retries > 0 {
+                    round(immediate as f64 / retries as f64, 3)
+                } else {
+                    0.0
+                },
+            },
+        )
+        .max_by(|a, b| a.retries_per_call.total_cmp(&b.retries_per_call))
+        .unwrap_or_default()
+}
+
+/// Retries made at once, often: the storm comes first, whatever else is wrong (it
+/// multiplies the load on whatever is failing).
+fn retry_storm(r: &RetryEvidence) -> Option<Finding> {
+    (r.retries_per_call >= STORM_RETRIES_PER_CALL && r.immediate_share >= STORM_IMMEDIATE_SHARE)
+        .then(|| Finding {
+            kind: FindingKind::RetryStorm,
+            title: "Retry Storm".into(),
+            evidence: format!(
+                "{}'s {} is retried {:.2} times per call, {:.0}% of the retries within 2 ms of the failure before them: no backoff, no budget, each retry adds load to the struggling backend",
+                r.service,
+                r.call,
+                r.retries_per_call,
+                r.immediate_share * 100.0
+            ),
+            next_step: format!(
+                "retry {}'s calls within a retry budget (a share of recent calls), with exponential backoff and jitter, and honour Retry-After; let a failing section fail fast",
+                r.service
+            ),
+        })
 }
 
 fn round(value: f64, digits: i32) -> f64 {
@@ -737,6 +826,7 @@ mod tests {
             dominant_backend: None,
             dominant_ratio: 1.0,
             cosmos: c.clone(),
+            retries: RetryEvidence::default(),
             findings: findings(c, &[], 100_000.0),
         }
     }
@@ -947,5 +1037,29 @@ mod tests {
                 "{named:?}"
             );
         }
+    }
+
+    fn storm(retries_per_call: f64, immediate_share: f64) -> bool {
+        retry_storm(&RetryEvidence {
+            service: "gateway".into(),
+            call: "GET deliveries".into(),
+            retries_per_call,
+            immediate_share,
+        })
+        .is_some_and(|f| f.kind == FindingKind::RetryStorm)
+    }
+
+    #[test]
+    fn a_retry_storm_needs_many_retries_made_at_once() {
+        // At both thresholds, and just above.
+        assert!(storm(0.25, 0.5));
+        assert!(storm(0.26, 0.51));
+        // Just below either.
+        assert!(!storm(0.24, 0.9));
+        assert!(!storm(3.0, 0.49));
+        // The gateway's budgeted retries: at most a fifth of the calls, backed off.
+        assert!(!storm(0.2, 0.08));
+        // No retries at all (every study stage).
+        assert!(!storm(0.0, 0.0));
     }
 }

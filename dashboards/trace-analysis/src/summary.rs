@@ -43,7 +43,27 @@ pub struct ServiceSummary {
     /// ([`event::COSMOS_CLIENT_CREATED`] events).
     #[serde(default)]
     pub clients_created: usize,
+    /// Its outgoing calls other than Cosmos attempts, by span name: a call's attempts
+    /// are its client spans of one name under one parent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallRetries>,
 }
+
+/// One kind of outgoing call of a service in a trace (e.g. the gateway's
+/// `GET deliveries`), with its retries.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRetries {
+    pub name: String,
+    pub calls: usize,
+    /// Attempts after a call's first.
+    pub retries: usize,
+    /// Retries sent within [`IMMEDIATE_RETRY_US`] of the attempt before them ended.
+    pub immediate_retries: usize,
+}
+
+/// A retry this soon after the attempt before it had no backoff (µs).
+pub const IMMEDIATE_RETRY_US: u64 = 2_000;
 
 /// The gap between a 429 attempt and the retry that followed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,6 +161,37 @@ fn retry_waits(attempts: &[&Span]) -> Vec<RetryWait> {
             }
         })
         .collect()
+}
+
+/// The service's outgoing calls by name, from its client spans that are not Cosmos
+/// attempts: one call per (parent, name), its attempts in start order.
+fn call_retries(spans: &[&Span]) -> Vec<CallRetries> {
+    let mut attempts: BTreeMap<(&str, Option<&str>), Vec<&Span>> = BTreeMap::new();
+    for span in spans {
+        if span.tag_text(SPAN_KIND).as_deref() == Some("client") && !is_cosmos_attempt(span) {
+            attempts
+                .entry((span.operation_name.as_str(), span.parent_id()))
+                .or_default()
+                .push(span);
+        }
+    }
+    let mut by_name: BTreeMap<&str, CallRetries> = BTreeMap::new();
+    for ((name, _), mut call) in attempts {
+        call.sort_by_key(|s| s.start_time);
+        let entry = by_name.entry(name).or_insert_with(|| CallRetries {
+            name: name.to_owned(),
+            ..CallRetries::default()
+        });
+        entry.calls += 1;
+        entry.retries += call.len() - 1;
+        entry.immediate_retries += call
+            .windows(2)
+            .filter(|pair| {
+                pair[1].start_time.saturating_sub(pair[0].end_time()) < IMMEDIATE_RETRY_US
+            })
+            .count();
+    }
+    by_name.into_values().collect()
 }
 
 /// How many of the span's events (Jaeger logs) are named `name`.
@@ -241,6 +292,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
                     .iter()
                     .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
                     .sum(),
+                calls: call_retries(spans),
             }
         })
         .collect::<Vec<_>>();
@@ -376,6 +428,50 @@ mod tests {
         assert_eq!(u.clients_created, 2);
         let quiet = trace(vec![span("s1", None, 0, 10, &[("span.kind", "server")])]);
         assert_eq!(summarize(&quiet).services[0].clients_created, 0);
+    }
+
+    #[test]
+    fn a_calls_attempts_are_its_client_spans_of_one_name_under_one_parent() {
+        let client = |id: &str, parent: &str, start: u64, name: &str| {
+            let mut s = span(id, Some(parent), start, 10, &[("span.kind", "client")]);
+            s.operation_name = name.into();
+            s
+        };
+        let t = trace(vec![
+            span("s1", None, 0, 1000, &[("span.kind", "server")]),
+            // Three attempts: a retry 1 µs after the first ended, one 5 ms after the second.
+            client("d1", "s1", 0, "GET deliveries"),
+            client("d2", "s1", 11, "GET deliveries"),
+            client("d3", "s1", 5021, "GET deliveries"),
+            client("p1", "s1", 0, "GET packages"),
+            span("s2", None, 0, 1000, &[("span.kind", "server")]),
+            client("d4", "s2", 0, "GET deliveries"),
+            // Cosmos attempts are not calls of this kind.
+            attempt("a1", "s1", 0, 10, "429", "0"),
+            attempt("a2", "s1", 20, 10, "200", "0"),
+        ]);
+        let calls = &summarize(&t).services[0].calls;
+        let find = |name: &str| {
+            calls
+                .iter()
+                .find(|c| c.name == name)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let deliveries = find("GET deliveries");
+        assert_eq!(
+            (
+                deliveries.calls,
+                deliveries.retries,
+                deliveries.immediate_retries
+            ),
+            (2, 2, 1)
+        );
+        assert_eq!(
+            (find("GET packages").calls, find("GET packages").retries),
+            (1, 0)
+        );
+        assert_eq!(calls.len(), 2, "{calls:?}");
     }
 
     #[test]

@@ -144,54 +144,51 @@ impl Stack {
         knobs: QueryKnobs,
         lab: &LabKnobs,
     ) -> Result<(), StackError> {
+        let otlp = self.otlp_endpoint.clone();
+        // The backends first: the gateway's arguments are their addresses.
+        for service in SERVICES {
+            let args = self.service_args(service, knobs);
+            let component = spawn(
+                &self.logs,
+                service.name(),
+                args,
+                "readyz",
+                otlp.as_deref(),
+                lab,
+            )
+            .await?;
+            self.services.push(component);
+        }
+        self.write_prometheus_targets();
+        Ok(())
+    }
+
+    /// A service's arguments: the emulator, and the utilization query's knobs or the
+    /// gateway's backends.
+    fn service_args(&self, service: Service, knobs: QueryKnobs) -> Vec<String> {
         let cosmos = vec![
             "--cosmos-endpoint".to_owned(),
             self.emulator.url.to_string(),
         ];
-        let otlp = self.otlp_endpoint.as_deref();
-        for name in [Service::Delivery.name(), Service::Package.name()] {
-            let component = spawn(&self.logs, name, cosmos.clone(), "readyz", otlp, lab).await?;
-            self.services.push(component);
-        }
-        self.services.push(
-            spawn(
-                &self.logs,
-                Service::Utilization.name(),
-                utilization_args(&cosmos, knobs),
-                "readyz",
-                otlp,
-                lab,
-            )
-            .await?,
-        );
-        let url_of = |name: &str| {
+        let url_of = |service: Service| {
             self.services
                 .iter()
-                .find(|c| c.name == name)
+                .find(|c| c.name == service.name())
                 .map(|c| c.url.to_string())
                 .unwrap_or_default()
         };
-        let gateway_args = vec![
-            "--delivery-url".to_owned(),
-            url_of(Service::Delivery.name()),
-            "--package-url".to_owned(),
-            url_of(Service::Package.name()),
-            "--utilization-url".to_owned(),
-            url_of(Service::Utilization.name()),
-        ];
-        self.services.push(
-            spawn(
-                &self.logs,
-                Service::Gateway.name(),
-                gateway_args,
-                "readyz",
-                otlp,
-                lab,
-            )
-            .await?,
-        );
-        self.write_prometheus_targets();
-        Ok(())
+        match service {
+            Service::Utilization => utilization_args(&cosmos, knobs),
+            Service::Gateway => vec![
+                "--delivery-url".to_owned(),
+                url_of(Service::Delivery),
+                "--package-url".to_owned(),
+                url_of(Service::Package),
+                "--utilization-url".to_owned(),
+                url_of(Service::Utilization),
+            ],
+            _ => cosmos,
+        }
     }
 
     /// Where the stack lists its components for Prometheus' file discovery
@@ -221,18 +218,15 @@ impl Stack {
         }
     }
 
-    /// Restarts utilization-service with new knobs, keeping its address (the gateway's
-    /// pool reconnects), as a Kubernetes rollout would.
-    pub async fn restart_utilization(
+    /// Restarts `service` with the stage's query and lab knobs, keeping its address (the
+    /// gateway's pool and the load reconnect), as a Kubernetes rollout would.
+    pub async fn restart(
         &mut self,
+        service: Service,
         knobs: QueryKnobs,
         lab: &LabKnobs,
     ) -> Result<(), StackError> {
-        let Some(index) = self
-            .services
-            .iter()
-            .position(|c| c.name == Service::Utilization.name())
-        else {
+        let Some(index) = self.services.iter().position(|c| c.name == service.name()) else {
             return Ok(());
         };
         let old = self.services.remove(index);
@@ -242,20 +236,14 @@ impl Stack {
             .ok()
             .and_then(|a| a.first().copied());
         stop(old).await;
-        let mut args = utilization_args(
-            &[
-                "--cosmos-endpoint".to_owned(),
-                self.emulator.url.to_string(),
-            ],
-            knobs,
-        );
+        let mut args = self.service_args(service, knobs);
         if let Some(addr) = listen {
             args.push("--listen".to_owned());
             args.push(addr.to_string());
         }
         let component = spawn(
             &self.logs,
-            Service::Utilization.name(),
+            service.name(),
             args,
             "readyz",
             self.otlp_endpoint.as_deref(),
@@ -311,6 +299,14 @@ impl Stack {
         }
     }
 }
+
+/// The services, in the order they start.
+pub const SERVICES: [Service; 4] = [
+    Service::Delivery,
+    Service::Package,
+    Service::Utilization,
+    Service::Gateway,
+];
 
 fn utilization_args(cosmos: &[String], knobs: QueryKnobs) -> Vec<String> {
     let mut args = cosmos.to_vec();

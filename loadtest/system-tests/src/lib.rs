@@ -145,6 +145,7 @@ impl TestStack {
     pub async fn summary<S: Summary>(&self, telemetry: Telemetry) -> Server {
         let args = SummaryArgs {
             cosmos: self.cosmos_args(),
+            overload: Default::default(),
         };
         let state = SummaryState::<S>::connect(&args, telemetry)
             .await

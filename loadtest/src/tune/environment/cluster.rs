@@ -1,5 +1,5 @@
 //! A Kubernetes cluster driven through its API (`--cluster`): each stage's overlay
-//! server-side applied and utilization-service's rollout awaited; the load from here at
+//! server-side applied and the rollouts it starts awaited; the load from here at
 //! `--target`, or from `--load-pods` pods of an Indexed Job inside the cluster; CPU and
 //! memory from the metrics API; the in-cluster trace viewer, emulator and
 //! utilization-service reached through port-forwards unless the user names others.
@@ -221,8 +221,10 @@ fn in_cluster_gateway() -> url::Url {
     .expect("a Service name and a port form a valid URL")
 }
 
-/// Server-side applies a stage's overlay and waits for utilization-service's rollout,
-/// the one workload a stage changes.
+/// Server-side applies a stage's overlay and waits for the rollouts it can start:
+/// utilization-service's (the query's knobs) and those of every service an antipattern
+/// lab knob belongs to (the lab's ConfigMap is in their environment too, so its new hash
+/// rolls them all; an unchanged deployment is ready at once).
 async fn apply_overlay(
     cluster: &Cluster,
     overlay: &Path,
@@ -240,10 +242,16 @@ async fn apply_overlay(
         objects.len()
     );
     let config_maps = cluster.apply(objects).await?;
-    cluster
-        .wait_rollout(Service::Utilization.name(), timeout)
-        .await?;
-    eprintln!("  utilization-service rolled out");
+    let mut rolled = vec![Service::Utilization];
+    for knob in &dronelab_contract::lab::KNOBS {
+        if !rolled.contains(&knob.service) {
+            rolled.push(knob.service);
+        }
+    }
+    for service in rolled {
+        cluster.wait_rollout(service.name(), timeout).await?;
+        eprintln!("  {} rolled out", service.name());
+    }
     cluster.prune_config_maps(&config_maps).await;
     Ok(())
 }

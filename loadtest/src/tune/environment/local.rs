@@ -1,6 +1,6 @@
 //! The local stack: every component started here as its own process, seeded with the
-//! emulator's latency model off, utilization-service restarted when a stage's query or
-//! lab knobs change (as a rollout would), CPU and memory read from `/proc`.
+//! emulator's latency model off, a service restarted when a stage changes its query or
+//! lab knobs (as a rollout would), CPU and memory read from `/proc`.
 
 use std::path::Path;
 
@@ -74,13 +74,15 @@ impl Environment for LocalStack {
 
     async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {
         let wanted = stage.config.knobs();
-        let lab = stage.knobs.for_service(Service::Utilization);
-        if wanted != self.knobs || lab != self.lab.for_service(Service::Utilization) {
-            self.stack.restart_utilization(wanted, &stage.knobs).await?;
-            self.reach.utilization = self.stack.url(Service::Utilization.name()).cloned();
-            self.knobs = wanted;
-            self.lab = stage.knobs.clone();
+        for service in local_stack::stack::SERVICES {
+            let query_changed = service == Service::Utilization && wanted != self.knobs;
+            if query_changed || stage.knobs.for_service(service) != self.lab.for_service(service) {
+                self.stack.restart(service, wanted, &stage.knobs).await?;
+            }
         }
+        self.reach.utilization = self.stack.url(Service::Utilization.name()).cloned();
+        self.knobs = wanted;
+        self.lab = stage.knobs.clone();
         Ok(())
     }
 

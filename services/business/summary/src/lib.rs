@@ -1,6 +1,11 @@
 //! `summary-backend`: a backend that answers with an owner's monthly summary document —
 //! one point read by id and partition key (`/ownerId`). The delivery and package
 //! services are this, with their own container and response shape.
+//!
+//! delivery-service has the antipattern lab's overload fault (`--overload`, [`overload`]),
+//! off by default; package-service shares the flag's code and ignores it.
+
+mod overload;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,6 +13,7 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use dronelab_contract::lab::{Overload, ENV_DELIVERY_OVERLOAD};
 use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::{Container, OwnerMonth, Service};
 use opentelemetry::KeyValue;
@@ -61,6 +67,14 @@ impl<S: Summary> ServiceCommand for SummaryCommand<S> {
             telemetry,
         )))
     }
+
+    fn lab_knobs(&self) -> Vec<(&'static str, String)> {
+        if S::SERVICE == Service::Delivery {
+            vec![(ENV_DELIVERY_OVERLOAD, self.summary.overload.to_string())]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// Command-line configuration of a summary backend.
@@ -68,10 +82,17 @@ impl<S: Summary> ServiceCommand for SummaryCommand<S> {
 pub struct SummaryArgs {
     #[command(flatten)]
     pub cosmos: CosmosArgs,
+    /// Antipattern lab (the fault of Retry Storm), delivery-service only: on = serve 2
+    /// requests at a time, 20 ms each, and answer 503 after 50 ms in line.
+    #[arg(long, env = ENV_DELIVERY_OVERLOAD, default_value = "off")]
+    pub overload: Overload,
 }
 
 pub struct SummaryState<S> {
     container: Arc<LazyContainer>,
+    /// The overload fault's line and slots, when on (delivery-service only).
+    capacity: Option<overload::Capacity>,
+    telemetry: Telemetry,
     cosmos: CosmosTelemetry,
     instrumentation: Instrumentation,
     _summary: std::marker::PhantomData<fn() -> S>,
@@ -81,6 +102,7 @@ impl<S: Summary> SummaryState<S> {
     /// Connects in the background; the service is unready until the container answers.
     pub fn start(args: &SummaryArgs, telemetry: Telemetry) -> Arc<Self> {
         Self::with_container(
+            args,
             LazyContainer::connect_in_background(args.cosmos.clone(), S::CONTAINER.name()),
             telemetry,
         )
@@ -91,14 +113,21 @@ impl<S: Summary> SummaryState<S> {
         let container =
             LazyContainer::connect(args.cosmos.clone(), S::CONTAINER.name(), CONNECT_TIMEOUT)
                 .await?;
-        Ok(Self::with_container(container, telemetry))
+        Ok(Self::with_container(args, container, telemetry))
     }
 
-    fn with_container(container: Arc<LazyContainer>, telemetry: Telemetry) -> Arc<Self> {
+    fn with_container(
+        args: &SummaryArgs,
+        container: Arc<LazyContainer>,
+        telemetry: Telemetry,
+    ) -> Arc<Self> {
         let instrumentation = Instrumentation::new(telemetry.clone());
-        let cosmos = CosmosTelemetry::new(telemetry, &instrumentation.metrics);
+        let cosmos = CosmosTelemetry::new(telemetry.clone(), &instrumentation.metrics);
+        let overloaded = S::SERVICE == Service::Delivery && args.overload == Overload::On;
         Arc::new(Self {
             container,
+            capacity: overloaded.then(overload::Capacity::default),
+            telemetry,
             cosmos,
             instrumentation,
             _summary: std::marker::PhantomData,
@@ -123,6 +152,9 @@ async fn summary<S: Summary>(
     let request = OwnerMonth::from_query(query.as_deref())
         .map_err(|invalid| BackendError::BadRequest(invalid.into()))?;
     let container = state.container.get()?;
+    if let Some(capacity) = &state.capacity {
+        capacity.serve(&state.telemetry, &cx).await?;
+    }
     let read = Operation {
         name: operation::READ_ITEM,
         container: S::CONTAINER.name(),

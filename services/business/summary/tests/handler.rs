@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cosmos_emulator::{Config, InProcess};
 use cosmos_kit::CosmosArgs;
+use dronelab_contract::lab::{Overload, OVERLOAD_SLOTS, OVERLOAD_WORK};
 use dronelab_contract::telemetry::{attribute, metric};
 use dronelab_contract::{routes, Container, PackageSummary, Service, DATABASE};
 use http_body_util::BodyExt as _;
@@ -22,6 +23,17 @@ struct Packages;
 
 impl Summary for Packages {
     const SERVICE: Service = Service::Package;
+    const ABOUT: &'static str = "test";
+    type Body = PackageSummary;
+    const CONTAINER: Container = Container::Packages;
+    const ROUTE: &'static str = routes::PACKAGE_SUMMARY;
+}
+
+/// A delivery-shaped one: the overload fault is delivery-service's.
+struct Deliveries;
+
+impl Summary for Deliveries {
+    const SERVICE: Service = Service::Delivery;
     const ABOUT: &'static str = "test";
     type Body = PackageSummary;
     const CONTAINER: Container = Container::Packages;
@@ -75,11 +87,20 @@ async fn app_on(
     emulator: &InProcess,
     spans: &InMemorySpanExporter,
 ) -> (axum::Router, Arc<SummaryState<Packages>>) {
+    app_of::<Packages>(emulator, spans, Overload::Off).await
+}
+
+async fn app_of<S: Summary>(
+    emulator: &InProcess,
+    spans: &InMemorySpanExporter,
+    overload: Overload,
+) -> (axum::Router, Arc<SummaryState<S>>) {
     let args = SummaryArgs {
         cosmos: cosmos(emulator),
+        overload,
     };
-    let telemetry = Telemetry::with_exporter(Service::Package.name(), spans.clone());
-    let state = SummaryState::<Packages>::connect(&args, telemetry)
+    let telemetry = Telemetry::with_exporter(S::SERVICE.name(), spans.clone());
+    let state = SummaryState::<S>::connect(&args, telemetry)
         .await
         .expect("connected");
     (build_app(state.clone()), state)
@@ -190,4 +211,63 @@ async fn a_missing_container_is_an_error_not_a_silent_zero() {
         .expect("deleted");
     let (status, _) = get(&app, "ownerId=o00001&year=2026&month=3").await;
     assert!(status.is_server_error(), "{status}");
+}
+
+/// Overloaded, delivery-service serves two requests at a time and refuses what waited
+/// too long in line with 503 + Retry-After; every answer waited and worked under spans.
+/// package-service ignores the knob.
+#[tokio::test]
+async fn the_overload_fault_serves_two_at_a_time_and_refuses_the_rest() {
+    let emulator = seeded().await;
+    let spans = InMemorySpanExporter::default();
+    let (app, _) = app_of::<Deliveries>(&emulator, &spans, Overload::On).await;
+    let uri = format!(
+        "{}?ownerId=o00001&year=2026&month=3",
+        routes::PACKAGE_SUMMARY
+    );
+    let call = || {
+        let request = Request::get(uri.as_str())
+            .body(Body::empty())
+            .expect("request");
+        app.clone().oneshot(request)
+    };
+    let started = std::time::Instant::now();
+    let answers = futures::future::join_all((0..12).map(|_| call())).await;
+    let elapsed = started.elapsed();
+    let statuses: Vec<u16> = answers
+        .iter()
+        .map(|r| r.as_ref().expect("served").status().as_u16())
+        .collect();
+    let refused = answers
+        .iter()
+        .flatten()
+        .filter(|r| r.status() == StatusCode::SERVICE_UNAVAILABLE)
+        .inspect(|r| assert!(r.headers().contains_key("retry-after")))
+        .count();
+    let served = statuses.iter().filter(|s| **s == 200).count();
+    assert!(served >= OVERLOAD_SLOTS && refused >= 1, "{statuses:?}");
+    assert_eq!(served + refused, 12, "{statuses:?}");
+    assert!(elapsed >= OVERLOAD_WORK, "{elapsed:?}");
+    let named = |name: &str| {
+        spans
+            .get_finished_spans()
+            .expect("spans")
+            .iter()
+            .filter(|s| s.name == name)
+            .count()
+    };
+    assert_eq!(named("wait for capacity"), 12);
+    assert_eq!(named("work"), served);
+
+    let (package, _) = app_of::<Packages>(&emulator, &spans, Overload::On).await;
+    let request = || {
+        Request::get(uri.as_str())
+            .body(Body::empty())
+            .expect("request")
+    };
+    let answers =
+        futures::future::join_all((0..12).map(|_| package.clone().oneshot(request()))).await;
+    assert!(answers
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(|r| r.status() == StatusCode::OK)));
 }

@@ -38,6 +38,7 @@ use dronelab_contract::lab::{
     ENV_POINT_READS,
 };
 use dronelab_contract::{routes, Container, OwnerMonth, Service};
+use opentelemetry::trace::FutureExt as _;
 use service_kit::server::{self, Instrumentation, Limits, RequestContext};
 use service_kit::Telemetry;
 use tokio::net::TcpListener;
@@ -166,9 +167,34 @@ async fn utilization(
 ) -> Result<Json<Utilization>, UtilizationError> {
     let request = OwnerMonth::from_query(raw.as_deref())
         .map_err(|invalid| UtilizationError::BadRequest(invalid.into()))?;
-    let utilization = query::run(&state, &cx, &request).await?;
+    let utilization = read(&state, &cx, &request).await?;
     audit::write(state.audit_write, &state.telemetry, &cx).await;
     Ok(Json(utilization))
+}
+
+/// The month's records summed, read the configured way.
+async fn read(
+    state: &AppState,
+    cx: &opentelemetry::Context,
+    request: &OwnerMonth,
+) -> Result<Utilization, UtilizationError> {
+    // Improper Instantiation (lab knob): a client of its own for this request, built
+    // under the request's context so its creation shows in the trace.
+    let own_client;
+    let container = match state.client_per_request {
+        ClientPerRequest::Off => state.container.get()?,
+        ClientPerRequest::On => {
+            own_client = cosmos_kit::open_container(&state.cosmos_args, state.container_name)
+                .with_context(cx.clone())
+                .await
+                .map_err(UtilizationError::NotConnected)?;
+            &own_client
+        }
+    };
+    match state.point_reads {
+        PointReads::Off => query::run(state, cx, container, request).await,
+        PointReads::PerDrone => point_reads::run(state, cx, container, request).await,
+    }
 }
 
 pub async fn run(

@@ -4,11 +4,9 @@ use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::feed::FeedRange;
 use azure_data_cosmos::{FeedScope, Query};
 use cosmos_kit::{Operation, OperationCost};
-use dronelab_contract::lab::{ClientPerRequest, PointReads};
 use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::OwnerMonth;
 use futures::{StreamExt, TryStreamExt};
-use opentelemetry::trace::FutureExt as _;
 use opentelemetry::{Context, KeyValue};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -46,32 +44,8 @@ pub(crate) fn owner_month_query(
         .with_parameter("@month", request.month.get())?)
 }
 
-pub async fn run(
-    state: &AppState,
-    cx: &Context,
-    request: &OwnerMonth,
-) -> Result<Utilization, UtilizationError> {
-    // Improper Instantiation (lab knob): a client of its own for this request, built
-    // under the request's context so its creation shows in the trace.
-    let own_client;
-    let container = match state.client_per_request {
-        ClientPerRequest::Off => state.container.get()?,
-        ClientPerRequest::On => {
-            own_client = cosmos_kit::open_container(&state.cosmos_args, state.container_name)
-                .with_context(cx.clone())
-                .await
-                .map_err(UtilizationError::NotConnected)?;
-            &own_client
-        }
-    };
-    match state.point_reads {
-        PointReads::Off => query(state, cx, container, request).await,
-        PointReads::PerDrone => crate::point_reads::run(state, cx, container, request).await,
-    }
-}
-
 /// The study's query, in the configured shape.
-async fn query(
+pub async fn run(
     state: &AppState,
     cx: &Context,
     container: &ContainerClient,

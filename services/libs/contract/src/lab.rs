@@ -83,8 +83,19 @@ pub const ENV_POINT_READS: &str = "UTILIZATION_POINT_READS";
 /// every request instead of sharing one (Improper Instantiation).
 pub const ENV_CLIENT_PER_REQUEST: &str = "UTILIZATION_CLIENT_PER_REQUEST";
 
+/// `--retry-storm`: `on` makes the gateway retry a failed backend call at once, up to
+/// [`STORM_RETRIES`] times, without its retry budget, backoff or jitter (Retry Storm).
+pub const ENV_RETRY_STORM: &str = "GATEWAY_RETRY_STORM";
+
+/// Retries per backend call in a storm.
+pub const STORM_RETRIES: u32 = 10;
+
+/// `--overload`: `on` gives delivery-service a small fixed capacity (the fault a retry
+/// storm makes worse): see [`Overload`].
+pub const ENV_DELIVERY_OVERLOAD: &str = "DELIVERY_OVERLOAD";
+
 /// Every knob of the lab.
-pub const KNOBS: [LabKnob; 3] = [
+pub const KNOBS: [LabKnob; 5] = [
     LabKnob {
         env: ENV_AUDIT_WRITE,
         service: Service::Utilization,
@@ -102,6 +113,18 @@ pub const KNOBS: [LabKnob; 3] = [
         service: Service::Utilization,
         values: ClientPerRequest::VALUES,
         help: "off: one Cosmos client shared by every request; on: a new client per request (Improper Instantiation)",
+    },
+    LabKnob {
+        env: ENV_RETRY_STORM,
+        service: Service::Gateway,
+        values: RetryStorm::VALUES,
+        help: "off: retries within a budget, with backoff and jitter; on: up to 10 retries at once, unbudgeted (Retry Storm)",
+    },
+    LabKnob {
+        env: ENV_DELIVERY_OVERLOAD,
+        service: Service::Delivery,
+        values: Overload::VALUES,
+        help: "off: as fast as Cosmos DB; on: 2 requests at a time, 20 ms each, 503 after 50 ms in line (the fault a retry storm makes worse)",
     },
 ];
 
@@ -140,6 +163,35 @@ knob_values! {
         On = "on",
     }
 }
+
+knob_values! {
+    /// How the gateway retries a failed backend call.
+    RetryStorm {
+        /// Within its retry budget, with exponential backoff and full jitter.
+        Off = "off",
+        /// At once, up to [`STORM_RETRIES`] times, unbudgeted.
+        On = "on",
+    }
+}
+
+knob_values! {
+    /// Whether delivery-service runs with a small fixed capacity. On, it serves
+    /// [`OVERLOAD_SLOTS`] requests at a time, each holding its slot for
+    /// [`OVERLOAD_WORK`] (about 100 requests per second), and answers 503 with
+    /// `Retry-After` to a request that waited [`OVERLOAD_QUEUE_WAIT`] for a slot — a
+    /// saturated backend with a bounded queue.
+    Overload {
+        Off = "off",
+        On = "on",
+    }
+}
+
+/// Requests delivery-service serves at once when overloaded.
+pub const OVERLOAD_SLOTS: usize = 2;
+/// The work each holds its slot for.
+pub const OVERLOAD_WORK: std::time::Duration = std::time::Duration::from_millis(20);
+/// The longest a request waits for a slot before the 503.
+pub const OVERLOAD_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A stage's knobs, each known to the lab and set to one of its values.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -13,6 +13,9 @@ pub enum BackendError {
     Cosmos(String),
     #[error("not connected to Cosmos DB yet: {0}")]
     NotConnected(String),
+    /// The service is at its capacity (the antipattern lab's overload fault).
+    #[error("the service is at its capacity; retry later")]
+    Overloaded,
 }
 
 impl axum::response::IntoResponse for BackendError {
@@ -30,6 +33,12 @@ impl axum::response::IntoResponse for BackendError {
             BackendError::Cosmos(_) => {
                 service_kit::Problem::new(StatusCode::BAD_GATEWAY, "Cosmos DB request failed")
                     .with_detail(self.to_string())
+                    .into_response()
+            }
+            BackendError::Overloaded => {
+                service_kit::Problem::new(StatusCode::SERVICE_UNAVAILABLE, "Overloaded")
+                    .with_detail(self.to_string())
+                    .with_retry_after(1)
                     .into_response()
             }
             BackendError::NotConnected(_) => service_kit::Problem::new(
@@ -66,6 +75,9 @@ mod tests {
         let waiting = BackendError::NotConnected("connecting".into()).into_response();
         assert_eq!(waiting.status(), 503);
         assert!(waiting.headers().contains_key("retry-after"));
+        let overloaded = BackendError::Overloaded.into_response();
+        assert_eq!(overloaded.status(), 503);
+        assert!(overloaded.headers().contains_key("retry-after"));
         assert_eq!(
             BackendError::Cosmos("boom".into()).into_response().status(),
             502
