@@ -12,6 +12,7 @@
 //! instead of queueing without bound.
 
 mod backend;
+mod cache;
 mod limit;
 mod metrics;
 mod openapi;
@@ -27,7 +28,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use dronelab_contract::lab::{RetryStorm, ENV_RETRY_STORM};
+use dronelab_contract::lab::{InvoiceCache, RetryStorm, ENV_INVOICE_CACHE, ENV_RETRY_STORM};
 use dronelab_contract::telemetry::attribute;
 use dronelab_contract::{routes, Invoice, OwnerMonth, Section, SectionError, Service};
 use lifecycle::http::RateLimitedWarning;
@@ -92,6 +93,10 @@ pub struct GatewayArgs {
     /// times, without the retry budget, backoff or jitter.
     #[arg(long, env = ENV_RETRY_STORM, default_value = "off")]
     pub retry_storm: RetryStorm,
+    /// Antipattern lab (the fix of No Caching): closed-months = keep the complete
+    /// invoices of closed months (they can no longer change); off = recompute each.
+    #[arg(long, env = ENV_INVOICE_CACHE, default_value = "off")]
+    pub invoice_cache: InvoiceCache,
 }
 
 impl GatewayArgs {
@@ -105,6 +110,7 @@ impl GatewayArgs {
             max_retries: DEFAULT_MAX_RETRIES,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             retry_storm: RetryStorm::Off,
+            invoice_cache: InvoiceCache::Off,
         }
     }
 }
@@ -122,6 +128,8 @@ pub struct AppState {
     metrics: GatewayMetrics,
     /// Partial answers, logged (rate-limited) with the backend, the reason and a trace.
     partial_answers: RateLimitedWarning,
+    /// Closed months' invoices, when `--invoice-cache closed-months`.
+    cache: Option<cache::InvoiceCache>,
 }
 
 fn endpoint(base: &url::Url, path: &str) -> url::Url {
@@ -172,6 +180,8 @@ impl AppState {
             in_flight: Arc::new(tokio::sync::Semaphore::new(concurrency)),
             instrumentation,
             metrics,
+            cache: (args.invoice_cache == InvoiceCache::ClosedMonths)
+                .then(cache::InvoiceCache::default),
             partial_answers: RateLimitedWarning::new(
                 SERVICE_NAME,
                 "answered partial invoices: a backend failed",
@@ -229,11 +239,62 @@ async fn invoice(
             return Problem::from(invalid).into_response();
         }
     };
-    let [delivery, package, utilization] = match admit(&state) {
-        Ok(permits) => permits,
-        Err(detail) => return overloaded(&state, &detail),
-    };
+    let closed = cache::is_closed(&request, time::OffsetDateTime::now_utc());
+    let span = cx.span();
+    span.set_attribute(KeyValue::new(
+        attribute::OWNER_ID,
+        request.owner_id.to_string(),
+    ));
+    span.set_attribute(KeyValue::new(
+        attribute::INVOICE_MONTH,
+        format!("{}-{:02}", request.year.get(), request.month.get()),
+    ));
+    span.set_attribute(KeyValue::new(attribute::INVOICE_MONTH_CLOSED, closed));
     let query = request.to_query();
+    let cache = state.cache.as_ref().filter(|_| closed);
+    if let Some(cached) = cache.and_then(|c| c.get(&query)) {
+        span.set_attribute(KeyValue::new(attribute::INVOICE_CACHE_HIT, true));
+        state.metrics.invoice(InvoiceOutcome::Complete);
+        return json_body(cached);
+    }
+    let invoice = match assemble(&state, &cx, request, &query).await {
+        Ok(invoice) => invoice,
+        Err(shed) => return shed,
+    };
+    match cache {
+        Some(cache) if !invoice.partial => match serde_json::to_vec(&invoice) {
+            Ok(body) => {
+                let body = axum::body::Bytes::from(body);
+                cache.put(query, body.clone());
+                json_body(body)
+            }
+            Err(_) => Json(invoice).into_response(),
+        },
+        _ => Json(invoice).into_response(),
+    }
+}
+
+/// A serialized invoice as the answer.
+fn json_body(body: axum::body::Bytes) -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// The invoice from the three backends, called at once; a backend that fails leaves
+/// its section out. `Err` is the 503 of a shed invoice.
+async fn assemble(
+    state: &AppState,
+    cx: &opentelemetry::Context,
+    request: OwnerMonth,
+    query: &str,
+) -> Result<Invoice, Response> {
+    let [delivery, package, utilization] = match admit(state) {
+        Ok(permits) => permits,
+        Err(detail) => return Err(overloaded(state, &detail)),
+    };
     let caller = backend::Caller {
         client: &state.client,
         budget: &state.budget,
@@ -241,9 +302,9 @@ async fn invoice(
         metrics: &state.metrics,
     };
     let (deliveries, packages, utilization) = tokio::join!(
-        caller.call(&cx, &state.delivery, &query, delivery),
-        caller.call(&cx, &state.package, &query, package),
-        caller.call(&cx, &state.utilization, &query, utilization)
+        caller.call(cx, &state.delivery, query, delivery),
+        caller.call(cx, &state.package, query, package),
+        caller.call(cx, &state.utilization, query, utilization)
     );
     let mut errors = Vec::new();
     let (deliveries, packages, utilization) = (
@@ -268,7 +329,7 @@ async fn invoice(
     } else {
         state.metrics.invoice(InvoiceOutcome::Complete);
     }
-    Json(Invoice {
+    Ok(Invoice {
         owner_id: request.owner_id.to_string(),
         year: request.year.get(),
         month: request.month.get(),
@@ -278,7 +339,6 @@ async fn invoice(
         partial,
         errors,
     })
-    .into_response()
 }
 
 /// A call permit from each backend, or why the invoice is shed. A backend at its limit
@@ -354,7 +414,10 @@ impl server::ServiceCommand for Cli {
     }
 
     fn lab_knobs(&self) -> Vec<(&'static str, String)> {
-        vec![(ENV_RETRY_STORM, self.args.retry_storm.to_string())]
+        vec![
+            (ENV_RETRY_STORM, self.args.retry_storm.to_string()),
+            (ENV_INVOICE_CACHE, self.args.invoice_cache.to_string()),
+        ]
     }
 }
 

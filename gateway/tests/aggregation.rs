@@ -551,3 +551,58 @@ async fn a_retry_storm_hammers_a_refusing_backend_and_the_budget_does_not() {
         }
     }
 }
+
+/// A stand-in backend answering every section's fields, counting its calls.
+async fn counting() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = calls.clone();
+    let app = Router::new().fallback(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async { axum::Json(every_section()) }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (Backend { addr, task }, calls)
+}
+
+/// The antipattern lab's No Caching fix: a closed month's complete invoice is computed
+/// once and answered from the cache after; the current month and partial invoices are
+/// computed every time; without the cache, everything is.
+#[tokio::test]
+async fn the_closed_month_cache_answers_repeats_and_nothing_else() {
+    use dronelab_contract::lab::InvoiceCache;
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = time::OffsetDateTime::now_utc();
+    let this_month = format!(
+        "/api/invoices?ownerId=o1&year={}&month={}",
+        now.year(),
+        u8::from(now.month())
+    );
+    for cache in [InvoiceCache::Off, InvoiceCache::ClosedMonths] {
+        let (backend, calls) = counting().await;
+        let mut cached_args = args(backend.url(), backend.url(), backend.url());
+        cached_args.invoice_cache = cache;
+        let app = gateway(&cached_args);
+        let (status, _, first, _) = get(&app, INVOICE).await;
+        let (_, _, again, _) = get(&app, INVOICE).await;
+        assert_eq!((status, &first), (200, &again), "{cache}: the same invoice");
+        let expected = if cache == InvoiceCache::Off { 6 } else { 3 };
+        assert_eq!(calls.load(Relaxed), expected, "{cache}: a closed month");
+        let before = calls.load(Relaxed);
+        get(&app, &this_month).await;
+        get(&app, &this_month).await;
+        assert_eq!(calls.load(Relaxed) - before, 6, "{cache}: the open month");
+    }
+    // A partial invoice is not kept.
+    let (fine, calls) = counting().await;
+    let mut partial_args = args(closed_port().await, fine.url(), fine.url());
+    partial_args.invoice_cache = InvoiceCache::ClosedMonths;
+    let app = gateway(&partial_args);
+    let (_, _, partial, _) = get(&app, INVOICE).await;
+    assert_eq!(partial["partial"], true, "{partial}");
+    get(&app, INVOICE).await;
+    assert_eq!(calls.load(Relaxed), 4, "recomputed: two sections, twice");
+}

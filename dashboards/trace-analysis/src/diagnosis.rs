@@ -16,13 +16,15 @@
 //!    → query with the partition key so one partition answers.
 //! 5. **Chatty I/O** — ≥ 3 logical Cosmos operations per operation within one
 //!    partition key range: round trips one query could combine → read with one query.
-//! 6. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
+//! 6. **No Caching** — ≥ 20 % of the requests ask again for a closed month already asked
+//!    for and are computed again → cache what can no longer change.
+//! 7. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
 //!    operation covered by none of its own spans: time its code neither awaited a
 //!    traced call nor handed back, the mark of a blocking call inside an async handler
 //!    (which also holds back every other request on that worker, so they start late and
 //!    their own spans stretch) → make the call asynchronous, or move it off the
 //!    runtime's workers.
-//! 7. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
+//! 8. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
 //!    the round trip and the services' own work → scale out on CPU if it saturates.
 
 use dronelab_contract::telemetry::attribute;
@@ -50,6 +52,10 @@ const UNEXPLAINED_SHARE: f64 = 0.03;
 /// out a rare immediate retry (a reconnect after a dropped keep-alive connection).
 const STORM_RETRIES_PER_CALL: f64 = 0.25;
 const STORM_IMMEDIATE_SHARE: f64 = 0.5;
+/// No Caching: the share of requests that repeat a closed month already asked for in the
+/// sample and were computed again. Uniform load over the study's 12,000 owner-months
+/// repeats ~1 % of 300 traces; real traffic's skew (Zipf, exponent 1) repeats over half.
+const RECOMPUTED_REPEATS: f64 = 0.2;
 /// An operation counts as cross-partition from this many ranges on average.
 const CROSS_PARTITION_RANGES: f64 = 1.5;
 /// Improper Instantiation: Cosmos clients built per operation. A service builds its
@@ -81,6 +87,8 @@ pub enum FindingKind {
     ChattyIo,
     /// Failed calls retried at once, without budget or backoff (the antipattern lab).
     RetryStorm,
+    /// Answers that can no longer change computed again for every request (the lab).
+    NoCaching,
 }
 
 impl FindingKind {
@@ -103,6 +111,7 @@ impl FindingKind {
         match self {
             Self::SynchronousIo => Some("a blocking call inside an async handler holds one of the runtime's few worker threads: other requests wait to be polled, latency grows with concurrency while the CPU stays idle"),
             Self::ChattyIo => Some("many small round trips where one would do: a list and a point read per item instead of one query, each call paying the network and the database's per-request cost"),
+            Self::NoCaching => Some("answers that can no longer change are computed again for every request: popular owner-months repeat, and each repeat costs the three backends and Cosmos DB the same work again"),
             Self::RetryStorm => Some("a failing call retried at once, again and again, without a budget or backoff: each retry adds load to the backend that is already failing, so it recovers later, and every caller waits for the retries"),
             Self::ImproperInstantiation => Some("a client meant to be built once and shared is built per request: every request repeats the account and container metadata reads and opens new connections"),
             _ => None,
@@ -122,6 +131,10 @@ impl Diagnosis {
             FindingKind::RetryStorm => {
                 Some(("retries per backend call", self.retries.retries_per_call))
             }
+            FindingKind::NoCaching => Some((
+                "share of requests recomputing a closed month",
+                self.repeats.recomputed_repeat_share,
+            )),
             FindingKind::ImproperInstantiation => Some((
                 "Cosmos clients built per operation",
                 self.cosmos.clients_created_per_request,
@@ -218,6 +231,17 @@ pub struct RetryEvidence {
     pub immediate_share: f64,
 }
 
+/// How the answers of closed months repeat across the traces (in start order).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RepeatEvidence {
+    /// Traces asking for a closed month.
+    pub closed_month_share: f64,
+    /// Traces asking for a closed month an earlier trace already asked for.
+    pub repeated_share: f64,
+    /// Of those, the ones computed again from the backends (no cache answered).
+    pub recomputed_repeat_share: f64,
+}
+
 /// Links to look at for one stage: a typical trace, the slowest, one with a 429.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceLinks {
@@ -238,6 +262,9 @@ pub struct Diagnosis {
     /// Retries of the most retried outgoing call.
     #[serde(default)]
     pub retries: RetryEvidence,
+    /// Repeated requests for closed months.
+    #[serde(default)]
+    pub repeats: RepeatEvidence,
     pub findings: Vec<Finding>,
 }
 
@@ -430,11 +457,9 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         .unwrap_or_default();
     let cosmos = cosmos_evidence(&summaries, &cosmos_service);
     let retries = retry_evidence(&summaries);
+    let repeats = repeat_evidence(&summaries);
     let mut findings = findings(&cosmos, &backends, latency_us);
-    if let Some(storm) = retry_storm(&retries) {
-        findings.insert(0, storm);
-        findings.retain(|f| f.kind != FindingKind::NoCosmosBottleneck);
-    }
+    add_request_findings(&mut findings, &retries, &repeats);
     Diagnosis {
         traces: summaries.len(),
         entry_latency_avg_ms: round(latency_us / 1e3, 1),
@@ -443,8 +468,76 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         backends,
         cosmos,
         retries,
+        repeats,
         findings,
     }
+}
+
+/// The rules judged on whole requests rather than on Cosmos: a retry storm goes first
+/// (it multiplies whatever else fails), no caching before the unexplained-time rule.
+/// Either replaces "no Cosmos bottleneck left".
+fn add_request_findings(
+    findings: &mut Vec<Finding>,
+    retries: &RetryEvidence,
+    repeats: &RepeatEvidence,
+) {
+    let before = findings.len();
+    if let Some(storm) = retry_storm(retries) {
+        findings.insert(0, storm);
+    }
+    if let Some(uncached) = no_caching(repeats) {
+        let at = findings
+            .iter()
+            .position(|f| {
+                matches!(
+                    f.kind,
+                    FindingKind::SynchronousIo | FindingKind::NoCosmosBottleneck
+                )
+            })
+            .unwrap_or(findings.len());
+        findings.insert(at, uncached);
+    }
+    if findings.len() > before {
+        findings.retain(|f| f.kind != FindingKind::NoCosmosBottleneck);
+    }
+}
+
+/// Each closed month's first request counts as new, every later one as a repeat.
+fn repeat_evidence(summaries: &[TraceSummary]) -> RepeatEvidence {
+    let mut in_order: Vec<&TraceSummary> = summaries.iter().collect();
+    in_order.sort_by_key(|s| s.start_time);
+    let mut seen = std::collections::HashSet::new();
+    let (mut closed, mut repeated, mut recomputed) = (0usize, 0usize, 0usize);
+    for s in in_order {
+        let Some(key) = s.closed_month_key.as_deref() else {
+            continue;
+        };
+        closed += 1;
+        if !seen.insert(key) {
+            repeated += 1;
+            recomputed += usize::from(s.recomputed);
+        }
+    }
+    let share = |n: usize| round(n as f64 / summaries.len().max(1) as f64, 3);
+    RepeatEvidence {
+        closed_month_share: share(closed),
+        repeated_share: share(repeated),
+        recomputed_repeat_share: share(recomputed),
+    }
+}
+
+/// Closed months asked for again and computed again.
+fn no_caching(r: &RepeatEvidence) -> Option<Finding> {
+    (r.recomputed_repeat_share >= RECOMPUTED_REPEATS).then(|| Finding {
+        kind: FindingKind::NoCaching,
+        title: "No Caching".into(),
+        evidence: format!(
+            "{:.0}% of the requests ask again for a closed month already answered, and {:.0}% are computed again from the backends although the answer can no longer change",
+            r.repeated_share * 100.0,
+            r.recomputed_repeat_share * 100.0
+        ),
+        next_step: "cache the answers that can no longer change (closed months) where they are assembled, and serve repeats from it".into(),
+    })
 }
 
 /// Sums every (service, call) over the traces and keeps the most retried per call.
@@ -502,7 +595,8 @@ fn retry_storm(r: &RetryEvidence) -> Option<Finding> {
 
 fn round(value: f64, digits: i32) -> f64 {
     let scale = 10f64.powi(digits);
-    (value * scale).round() / scale
+    // `+ 0.0` turns the -0.0 of an empty float sum into 0.0.
+    (value * scale).round() / scale + 0.0
 }
 
 fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence {
@@ -827,6 +921,7 @@ mod tests {
             dominant_ratio: 1.0,
             cosmos: c.clone(),
             retries: RetryEvidence::default(),
+            repeats: RepeatEvidence::default(),
             findings: findings(c, &[], 100_000.0),
         }
     }
@@ -1050,6 +1145,24 @@ mod tests {
     }
 
     #[test]
+    fn every_antipattern_has_a_signal_and_a_name_that_parses_back() {
+        use FindingKind::*;
+        let d = diagnosis_of(&evidence(0.0, 0.0, 1.0, 1.0));
+        for kind in [
+            SynchronousIo,
+            ChattyIo,
+            ImproperInstantiation,
+            RetryStorm,
+            NoCaching,
+        ] {
+            assert!(kind.about().is_some(), "{kind:?}");
+            assert!(d.signal(kind).is_some(), "{kind:?} has no signal");
+            assert_eq!(FindingKind::from_name(&kind.name()), Some(kind));
+        }
+        assert_eq!(round(-0.0, 2).to_string(), "0");
+    }
+
+    #[test]
     fn a_retry_storm_needs_many_retries_made_at_once() {
         // At both thresholds, and just above.
         assert!(storm(0.25, 0.5));
@@ -1061,5 +1174,74 @@ mod tests {
         assert!(!storm(0.2, 0.08));
         // No retries at all (every study stage).
         assert!(!storm(0.0, 0.0));
+    }
+
+    fn summary(key: Option<&str>, recomputed: bool, start: u64) -> TraceSummary {
+        TraceSummary {
+            trace_id: format!("t{start}"),
+            root_service: "gateway".into(),
+            root_operation: "GET /api/invoices".into(),
+            start_time: start,
+            duration_us: 1000,
+            spans: 1,
+            error_spans: 0,
+            cosmos_attempts: 0,
+            cosmos_throttled: 0,
+            request_units: 0.0,
+            max_concurrent_attempts: 0,
+            services: Vec::new(),
+            retry_waits: Vec::new(),
+            closed_month_key: key.map(str::to_owned),
+            recomputed,
+        }
+    }
+
+    #[test]
+    fn no_caching_from_a_fifth_of_the_requests_recomputing_a_repeat() {
+        // Ten requests: the first asks for "a", then `repeats` ask for it again.
+        let sample = |repeats: usize, recomputed: bool| {
+            let mut s = vec![summary(Some("o1 2026-03"), true, 0)];
+            s.extend((1..=repeats).map(|i| summary(Some("o1 2026-03"), recomputed, i as u64)));
+            s.extend(
+                (repeats + 1..10).map(|i| summary(Some(&format!("o{i} 2026-03")), true, i as u64)),
+            );
+            repeat_evidence(&s)
+        };
+        assert_eq!(sample(2, true).recomputed_repeat_share, 0.2);
+        assert!(no_caching(&sample(2, true)).is_some(), "at the threshold");
+        assert!(no_caching(&sample(3, true)).is_some(), "above");
+        assert!(no_caching(&sample(1, true)).is_none(), "below");
+        // Served from a cache: repeated, not recomputed.
+        let cached = sample(5, false);
+        assert_eq!(
+            (cached.repeated_share, cached.recomputed_repeat_share),
+            (0.5, 0.0)
+        );
+        assert!(no_caching(&cached).is_none());
+        // The open month never counts.
+        let open: Vec<TraceSummary> = (0..10).map(|i| summary(None, true, i)).collect();
+        assert_eq!(repeat_evidence(&open), RepeatEvidence::default());
+    }
+
+    #[test]
+    fn no_caching_goes_before_unexplained_time_and_replaces_no_bottleneck() {
+        let uncached = RepeatEvidence {
+            closed_month_share: 1.0,
+            repeated_share: 0.6,
+            recomputed_repeat_share: 0.6,
+        };
+        let mut f = findings(&evidence(0.0, 0.0, 1.0, 1.0), &[], 1e5);
+        add_request_findings(&mut f, &RetryEvidence::default(), &uncached);
+        assert_eq!(
+            f.iter().map(|f| f.kind).collect::<Vec<_>>(),
+            [FindingKind::NoCaching]
+        );
+        let mut quiet = findings(&evidence(0.0, 0.0, 1.0, 1.0), &[], 1e5);
+        add_request_findings(
+            &mut quiet,
+            &RetryEvidence::default(),
+            &RepeatEvidence::default(),
+        );
+        assert_eq!(quiet[0].kind, FindingKind::NoCosmosBottleneck);
     }
 }

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use dronelab_contract::telemetry::attribute::{
     COSMOS_PARTITION_KEY_RANGE_ID as RANGE, COSMOS_REQUEST_CHARGE as CHARGE,
-    DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, SPAN_KIND,
+    DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, INVOICE_MONTH, INVOICE_MONTH_CLOSED,
+    OWNER_ID, SPAN_KIND,
 };
 use dronelab_contract::telemetry::{event, COSMOS_DB_SYSTEM};
 
@@ -97,6 +98,14 @@ pub struct TraceSummary {
     pub max_concurrent_attempts: usize,
     pub services: Vec<ServiceSummary>,
     pub retry_waits: Vec<RetryWait>,
+    /// `<owner> <YYYY-MM>` when the root span asked for a closed month (whose answer
+    /// can no longer change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_month_key: Option<String>,
+    /// The root span called out (a client span under it): the answer was computed,
+    /// not served from a cache.
+    #[serde(default)]
+    pub recomputed: bool,
 }
 
 impl TraceSummary {
@@ -194,6 +203,18 @@ fn call_retries(spans: &[&Span]) -> Vec<CallRetries> {
     by_name.into_values().collect()
 }
 
+/// `<owner> <YYYY-MM>` of a span that asked for a closed month.
+fn closed_month_key(span: &Span) -> Option<String> {
+    if span.tag(INVOICE_MONTH_CLOSED) != Some(&serde_json::Value::Bool(true)) {
+        return None;
+    }
+    Some(format!(
+        "{} {}",
+        span.tag_text(OWNER_ID)?,
+        span.tag_text(INVOICE_MONTH)?
+    ))
+}
+
 /// How many of the span's events (Jaeger logs) are named `name`.
 fn count_events(span: &Span, name: &str) -> usize {
     span.logs
@@ -234,6 +255,60 @@ fn unexplained(spans: &[&Span]) -> u64 {
         .sum()
 }
 
+/// One service's part of a trace; its retry waits go into `retry_waits_all`.
+fn summarize_service(
+    service: &str,
+    spans: &[&Span],
+    retry_waits_all: &mut Vec<RetryWait>,
+) -> ServiceSummary {
+    let attempts: Vec<&Span> = spans
+        .iter()
+        .copied()
+        .filter(|s| is_cosmos_attempt(s))
+        .collect();
+    let waits = retry_waits(&attempts);
+    let retry_wait_us = waits
+        .iter()
+        .filter_map(|w| {
+            let throttled = attempts.iter().find(|a| a.span_id == w.throttled_span_id)?;
+            Some(throttled.duration + w.duration)
+        })
+        .sum();
+    retry_waits_all.extend(waits);
+    ServiceSummary {
+        service: service.to_owned(),
+        server_time_us: spans
+            .iter()
+            .filter(|s| s.tag_text(SPAN_KIND).as_deref() == Some("server"))
+            .map(|s| s.duration)
+            .sum(),
+        cosmos_attempts: attempts.len(),
+        cosmos_throttled: attempts.iter().filter(|a| is_throttled(a)).count(),
+        request_units: attempts
+            .iter()
+            .filter_map(|a| a.tag_f64(CHARGE))
+            .fold(0.0, |sum, ru| sum + ru),
+        max_concurrent_attempts: max_overlap(attempts.iter().copied()),
+        partition_ranges: attempts
+            .iter()
+            .filter_map(|a| a.tag_text(RANGE))
+            .collect::<BTreeSet<_>>()
+            .len(),
+        retry_wait_us,
+        unexplained_us: unexplained(spans),
+        cosmos_operations: attempts
+            .iter()
+            .filter_map(|a| a.parent_id())
+            .collect::<BTreeSet<_>>()
+            .len(),
+        clients_created: spans
+            .iter()
+            .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
+            .sum(),
+        calls: call_retries(spans),
+    }
+}
+
 /// Summarises one trace.
 pub fn summarize(trace: &Trace) -> TraceSummary {
     let root = trace.root();
@@ -247,54 +322,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
     let mut retry_waits_all = Vec::new();
     let services = by_service
         .iter()
-        .map(|(service, spans)| {
-            let attempts: Vec<&Span> = spans
-                .iter()
-                .copied()
-                .filter(|s| is_cosmos_attempt(s))
-                .collect();
-            let waits = retry_waits(&attempts);
-            let retry_wait_us = waits
-                .iter()
-                .filter_map(|w| {
-                    let throttled = attempts.iter().find(|a| a.span_id == w.throttled_span_id)?;
-                    Some(throttled.duration + w.duration)
-                })
-                .sum();
-            retry_waits_all.extend(waits);
-            ServiceSummary {
-                service: (*service).to_owned(),
-                server_time_us: spans
-                    .iter()
-                    .filter(|s| s.tag_text(SPAN_KIND).as_deref() == Some("server"))
-                    .map(|s| s.duration)
-                    .sum(),
-                cosmos_attempts: attempts.len(),
-                cosmos_throttled: attempts.iter().filter(|a| is_throttled(a)).count(),
-                request_units: attempts
-                    .iter()
-                    .filter_map(|a| a.tag_f64(CHARGE))
-                    .fold(0.0, |sum, ru| sum + ru),
-                max_concurrent_attempts: max_overlap(attempts.iter().copied()),
-                partition_ranges: attempts
-                    .iter()
-                    .filter_map(|a| a.tag_text(RANGE))
-                    .collect::<BTreeSet<_>>()
-                    .len(),
-                retry_wait_us,
-                unexplained_us: unexplained(spans),
-                cosmos_operations: attempts
-                    .iter()
-                    .filter_map(|a| a.parent_id())
-                    .collect::<BTreeSet<_>>()
-                    .len(),
-                clients_created: spans
-                    .iter()
-                    .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
-                    .sum(),
-                calls: call_retries(spans),
-            }
-        })
+        .map(|(service, spans)| summarize_service(service, spans, &mut retry_waits_all))
         .collect::<Vec<_>>();
     TraceSummary {
         trace_id: trace.trace_id.clone(),
@@ -318,6 +346,13 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
         max_concurrent_attempts: max_overlap(trace.spans.iter().filter(|s| is_cosmos_attempt(s))),
         services,
         retry_waits: retry_waits_all,
+        closed_month_key: root.and_then(closed_month_key),
+        recomputed: root.is_some_and(|r| {
+            trace.spans.iter().any(|s| {
+                s.parent_id() == Some(r.span_id.as_str())
+                    && s.tag_text(SPAN_KIND).as_deref() == Some("client")
+            })
+        }),
     }
 }
 

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use dronelab_study::DataSet;
+use dronelab_study::{DataSet, Popularity};
 use loadgen::Profile;
 
 /// The Job's name and its pods' `app.kubernetes.io/name`.
@@ -36,6 +36,8 @@ pub struct LoadgenJob {
     pub profile: Profile,
     /// The seeded data set the requests pick owners and months from.
     pub data: DataSet,
+    /// How often each owner-month is asked for.
+    pub popularity: Popularity,
     /// The common start, ms since the Unix epoch; without it each pod starts at once.
     pub start_at_unix_ms: Option<u64>,
 }
@@ -55,6 +57,7 @@ impl Default for LoadgenJob {
                 months: 12,
                 drones_per_owner: 2,
             },
+            popularity: Popularity::Uniform,
             start_at_unix_ms: None,
         }
     }
@@ -79,6 +82,9 @@ impl LoadgenJob {
             "--record".into(),
             "-".into(),
         ]);
+        if self.popularity != Popularity::Uniform {
+            args.extend(["--popularity".into(), self.popularity.name().into()]);
+        }
         if let Some(at) = self.start_at_unix_ms {
             args.extend(["--start-at".into(), at.to_string()]);
         }

@@ -73,12 +73,19 @@ pub struct StageReport {
     /// The main problem the stage file expects the diagnosis to name (a finding kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<String>,
+    /// How often each owner-month was asked for (uniform unless the stage says).
+    #[serde(default, skip_serializing_if = "is_uniform")]
+    pub popularity: dronelab_study::Popularity,
     /// The antipattern pair the stage belongs to, in a `loadtest lab` run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub antipattern: Option<String>,
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
+}
+
+fn is_uniform(popularity: &dronelab_study::Popularity) -> bool {
+    *popularity == dronelab_study::Popularity::Uniform
 }
 
 fn one_second() -> u64 {
@@ -122,6 +129,7 @@ impl StageReport {
                 .flatten(),
             knobs: stage.knobs.clone(),
             expect: stage.expect.clone(),
+            popularity: stage.popularity,
             antipattern: stage.antipattern.clone(),
             interval_secs: load.interval_secs,
             series: load.series.clone(),

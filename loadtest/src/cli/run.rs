@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Months of the data set (1 to 300).
     #[arg(long, default_value_t = 12, value_parser = dronelab_study::data::months)]
     pub months: usize,
+    /// How often each owner-month is asked for: uniform, or zipf (rank k in proportion
+    /// to 1/k, as real traffic repeats its popular keys).
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub popularity: dronelab_study::Popularity,
     /// Write the summary (JSON) here.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
@@ -101,15 +105,16 @@ impl RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<(), String> {
     let profile = args.profile()?;
-    let requests = OwnerMonths {
-        path: args.path.clone(),
-        data: DataSet {
+    let requests = OwnerMonths::new(
+        args.path.clone(),
+        DataSet {
             seed: 0,
             owners: args.owners,
             months: args.months,
             drones_per_owner: 1,
         },
-    };
+        args.popularity,
+    )?;
     let timeout = Duration::from_secs(args.timeout);
     if timeout.is_zero() || timeout > loadgen::run::MAX_TIMEOUT {
         return Err(format!(

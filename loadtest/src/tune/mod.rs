@@ -10,11 +10,9 @@ mod measure;
 mod stage;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use dronelab_contract::{routes, Invoice};
-use dronelab_study::{stages, EmulatorModel, OwnerMonths, RunProfile, SeedArgs, Stage};
-use loadgen::Target;
+use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
 
 use dronelab_report::Report;
 use environment::cluster::ClusterEnvironment;
@@ -210,18 +208,12 @@ impl Run<'_> {
             .connect()
             .await
             .map_err(|e| TuneError::Cosmos(e.to_string()))?;
-        let requests = OwnerMonths {
-            path: routes::INVOICES.to_owned(),
-            data: reach.seed.data_set(),
-        };
-        let target = Target::new(reach.gateway.clone(), requests, Duration::from_secs(60))
-            .map_err(TuneError::Target)?
-            .counting_partial(Invoice::PARTIAL_MARKER);
         let profile = self.args.profile.load();
         let context = RunContext {
             cosmos,
             http: reqwest::Client::new(),
-            target,
+            gateway: reach.gateway.clone(),
+            data: reach.seed.data_set(),
             profile,
         };
         let mut reports = Vec::new();

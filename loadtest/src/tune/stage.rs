@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use azure_data_cosmos::models::ThroughputProperties;
 use azure_data_cosmos::CosmosClient;
-use dronelab_contract::{routes, Container, Service};
+use dronelab_contract::{routes, Container, Invoice, Service};
 use dronelab_report::resources::ResourceFigures;
-use dronelab_study::Stage;
+use dronelab_study::{DataSet, OwnerMonths, Stage};
 use loadgen::{Profile, Target};
 use trace_analysis::client::{self, TraceApi, TraceWindow};
 
@@ -22,8 +22,23 @@ use dronelab_report::StageReport;
 pub struct RunContext {
     pub cosmos: CosmosClient,
     pub http: reqwest::Client,
-    pub target: Target,
+    /// The gateway the load drives, and the data set its requests pick from.
+    pub gateway: url::Url,
+    pub data: DataSet,
     pub profile: Profile,
+}
+
+impl RunContext {
+    /// The invoice requests of a stage, as popular as the stage says.
+    fn target(&self, stage: &Stage) -> Result<Target, TuneError> {
+        let requests = OwnerMonths::new(routes::INVOICES.to_owned(), self.data, stage.popularity)
+            .map_err(TuneError::Target)?;
+        Ok(
+            Target::new(self.gateway.clone(), requests, Duration::from_secs(60))
+                .map_err(TuneError::Target)?
+                .counting_partial(Invoice::PARTIAL_MARKER),
+        )
+    }
 }
 
 /// Runs `stage` in `environment` and returns its report.
@@ -51,9 +66,10 @@ pub async fn run_stage<E: Environment>(
     let cosmos = CosmosMeasurement::start(environment.reach(), &run.http, container).await;
     let resources = environment.sample_resources();
     let window_start = unix_micros();
+    let target = run.target(stage)?;
     let load = StageLoad {
         stage,
-        target: &run.target,
+        target: &target,
         profile: run.profile,
     };
     let summary = environment.drive(&load).await?;
@@ -164,8 +180,12 @@ pub fn describe(stage: &Stage) -> String {
     } else {
         format!(", lab knobs {}", stage.knobs.describe())
     };
+    let popularity = match stage.popularity {
+        dronelab_study::Popularity::Uniform => "",
+        dronelab_study::Popularity::Zipf => ", Zipf popularity",
+    };
     format!(
-        "{} RU/s, {} partitions, parallelism {}, partition key {}{knobs}",
+        "{} RU/s, {} partitions, parallelism {}, partition key {}{knobs}{popularity}",
         c.provisioned_ru_per_second, c.partitions, c.query_parallelism, c.use_partition_key
     )
 }

@@ -151,19 +151,116 @@ impl DataSet {
     }
 }
 
+/// How often each owner-month of the set is asked for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Popularity {
+    /// Every owner-month equally likely (the study's load).
+    #[default]
+    Uniform,
+    /// Skewed the way real traffic repeats itself: the owner-month of popularity rank
+    /// `k` is asked for in proportion to `1/k` (Zipf's law, exponent 1). Which
+    /// owner-month holds which rank is fixed by the data set's seed.
+    Zipf,
+}
+
+impl Popularity {
+    /// Its name on the command line and in stage files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Uniform => "uniform",
+            Self::Zipf => "zipf",
+        }
+    }
+}
+
+/// The most owner-months a Zipf load draws from (its table takes 8 bytes each).
+pub const MAX_ZIPF_KEYS: usize = 1 << 22;
+
 /// Requests for `path` (an invoice-path route) with a random owner-month of `data`:
-/// `path?ownerId=…&year=…&month=…`, every owner and month equally likely.
+/// `path?ownerId=…&year=…&month=…`, as popular as `popularity` says.
 #[derive(Debug, Clone)]
 pub struct OwnerMonths {
-    pub path: String,
-    pub data: DataSet,
+    path: String,
+    data: DataSet,
+    /// Zipf: the cumulative weights of ranks 1..=N.
+    cumulative: Option<std::sync::Arc<[f64]>>,
+}
+
+impl OwnerMonths {
+    pub fn new(path: String, data: DataSet, popularity: Popularity) -> Result<Self, String> {
+        let keys = data.owners.max(1) * data.months.max(1);
+        let cumulative = match popularity {
+            Popularity::Uniform => None,
+            Popularity::Zipf if keys > MAX_ZIPF_KEYS => {
+                return Err(format!(
+                    "a Zipf load draws from at most {MAX_ZIPF_KEYS} owner-months; this data set has {keys}"
+                ))
+            }
+            Popularity::Zipf => Some(
+                (1..=keys)
+                    .scan(0.0, |sum, rank| {
+                        *sum += 1.0 / rank as f64;
+                        Some(*sum)
+                    })
+                    .collect(),
+            ),
+        };
+        Ok(Self {
+            path,
+            data,
+            cumulative,
+        })
+    }
+
+    /// The owner and month index of popularity rank `rank` (from 0): a fixed
+    /// permutation of the keys, `rank × step + offset mod N` with `step` coprime to N,
+    /// so the popular ones are spread over owners and months.
+    fn key_of_rank(&self, rank: usize) -> (usize, usize) {
+        let months = self.data.months.max(1);
+        let keys = self.data.owners.max(1) * months;
+        let mut step = (self.data.seed as usize % keys) | 1;
+        while gcd(step, keys) != 1 {
+            step += 2;
+        }
+        let key = (rank * step + self.data.seed as usize) % keys;
+        (key / months, key % months)
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 impl loadgen::Requests for OwnerMonths {
     fn next_path(&self) -> String {
         let mut rng = rand::rng();
-        let owner = rng.random_range(0..self.data.owners.max(1));
-        let (year, month) = DataSet::month(rng.random_range(0..self.data.months.max(1)));
+        let (owner, month_index) = match &self.cumulative {
+            None => (
+                rng.random_range(0..self.data.owners.max(1)),
+                rng.random_range(0..self.data.months.max(1)),
+            ),
+            Some(cumulative) => {
+                let total = cumulative.last().copied().unwrap_or(1.0);
+                let drawn = rng.random_range(0.0..total);
+                self.key_of_rank(cumulative.partition_point(|c| *c <= drawn))
+            }
+        };
+        let (year, month) = DataSet::month(month_index);
         format!(
             "{}?ownerId={}&year={year}&month={month}",
             self.path,
@@ -195,15 +292,17 @@ mod tests {
     #[test]
     fn requests_ask_for_owner_months_of_the_set() {
         use loadgen::Requests as _;
-        let requests = OwnerMonths {
-            path: "/api/invoices".into(),
-            data: DataSet {
+        let requests = OwnerMonths::new(
+            "/api/invoices".into(),
+            DataSet {
                 seed: 1,
                 owners: 3,
                 months: 2,
                 drones_per_owner: 1,
             },
-        };
+            Popularity::Uniform,
+        )
+        .expect("uniform");
         for _ in 0..50 {
             let path = requests.next_path();
             let query = path.strip_prefix("/api/invoices?").expect(&path);
@@ -219,5 +318,40 @@ mod tests {
         assert_eq!(DataSet::month(0), (2026, 12));
         assert_eq!(DataSet::month(11), (2026, 1));
         assert_eq!(DataSet::month(12), (2025, 12));
+    }
+
+    #[test]
+    fn a_zipf_load_repeats_its_popular_owner_months_and_covers_the_set() {
+        use loadgen::Requests as _;
+        let set = DataSet {
+            seed: 42,
+            owners: 300,
+            months: 12,
+            drones_per_owner: 2,
+        };
+        let count = |popularity| {
+            let requests = OwnerMonths::new("/i".into(), set, popularity).expect("requests");
+            let mut seen = std::collections::HashMap::<String, usize>::new();
+            for _ in 0..3000 {
+                *seen.entry(requests.next_path()).or_default() += 1;
+            }
+            let mut counts: Vec<usize> = seen.into_values().collect();
+            counts.sort_unstable_by(|a, b| b.cmp(a));
+            counts
+        };
+        let zipf = count(Popularity::Zipf);
+        let uniform = count(Popularity::Uniform);
+        // Rank 1 is asked for about 1/H(3600) = 11 % of the time; uniformly, 1/3600.
+        assert!(zipf[0] > 200 && zipf[0] < 500, "{:?}", &zipf[..5]);
+        assert!(uniform[0] < 10, "{:?}", &uniform[..5]);
+        // Repeats: most Zipf requests ask for an owner-month asked for before.
+        let repeats = |c: &[usize]| c.iter().map(|n| n - 1).sum::<usize>();
+        assert!(repeats(&zipf) > 1500 && repeats(&uniform) < 1500);
+        let too_big = DataSet {
+            owners: 1_000_000,
+            months: 300,
+            ..set
+        };
+        assert!(OwnerMonths::new("/i".into(), too_big, Popularity::Zipf).is_err());
     }
 }

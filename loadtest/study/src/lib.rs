@@ -16,6 +16,6 @@ pub mod seed;
 pub mod stages;
 
 pub use calibration::{EmulatorModel, RunProfile};
-pub use data::{DataSet, OwnerMonths};
+pub use data::{DataSet, OwnerMonths, Popularity};
 pub use seed::{SeedArgs, SeedError};
 pub use stages::{Stage, StageConfig, StageError};

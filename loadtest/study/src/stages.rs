@@ -40,6 +40,10 @@ pub struct Stage {
     /// kind such as `throttling` or `synchronous_io`); `loadtest lab` compares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<String>,
+    /// How often each owner-month is asked for (`popularity = "zipf"` in the stage
+    /// file; uniform, the study's load, by default).
+    #[serde(default)]
+    pub popularity: crate::Popularity,
     /// The antipattern this stage belongs to (its directory under
     /// `stages/antipatterns/`), when `loadtest lab` runs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -102,6 +106,8 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         #[serde(default)]
         knobs: LabKnobs,
         expect: Option<String>,
+        #[serde(default)]
+        popularity: crate::Popularity,
     }
     let file: File = toml::from_str(text).map_err(|e| StageError::Invalid {
         file: name.to_owned(),
@@ -124,6 +130,7 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         config: file.config,
         knobs: file.knobs,
         expect: file.expect,
+        popularity: file.popularity,
         antipattern: None,
     })
 }

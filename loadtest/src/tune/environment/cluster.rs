@@ -105,6 +105,7 @@ impl Environment for ClusterEnvironment {
             target: in_cluster_gateway().to_string(),
             profile: load.profile,
             data: self.reach.seed.data_set(),
+            popularity: load.stage.popularity,
             // Set once the Job can be created, from the API server's clock.
             start_at_unix_ms: None,
         };

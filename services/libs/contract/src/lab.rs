@@ -94,8 +94,16 @@ pub const STORM_RETRIES: u32 = 10;
 /// storm makes worse): see [`Overload`].
 pub const ENV_DELIVERY_OVERLOAD: &str = "DELIVERY_OVERLOAD";
 
+/// `--invoice-cache`: `closed-months` makes the gateway keep the complete invoices of
+/// closed months, which can no longer change (the fix of No Caching; off, every invoice
+/// is recomputed from the three backends).
+pub const ENV_INVOICE_CACHE: &str = "GATEWAY_INVOICE_CACHE";
+
+/// The most invoices the gateway's closed-month cache holds (the oldest go first).
+pub const INVOICE_CACHE_ENTRIES: usize = 100_000;
+
 /// Every knob of the lab.
-pub const KNOBS: [LabKnob; 5] = [
+pub const KNOBS: [LabKnob; 6] = [
     LabKnob {
         env: ENV_AUDIT_WRITE,
         service: Service::Utilization,
@@ -125,6 +133,12 @@ pub const KNOBS: [LabKnob; 5] = [
         service: Service::Delivery,
         values: Overload::VALUES,
         help: "off: as fast as Cosmos DB; on: 2 requests at a time, 20 ms each, 503 after 50 ms in line (the fault a retry storm makes worse)",
+    },
+    LabKnob {
+        env: ENV_INVOICE_CACHE,
+        service: Service::Gateway,
+        values: InvoiceCache::VALUES,
+        help: "off: every invoice recomputed (No Caching); closed-months: complete invoices of closed months kept in the gateway",
     },
 ];
 
@@ -183,6 +197,16 @@ knob_values! {
     Overload {
         Off = "off",
         On = "on",
+    }
+}
+
+knob_values! {
+    /// Whether the gateway caches invoices.
+    InvoiceCache {
+        /// Every invoice recomputed from the backends.
+        Off = "off",
+        /// Complete invoices of closed months kept (they can no longer change).
+        ClosedMonths = "closed-months",
     }
 }
 

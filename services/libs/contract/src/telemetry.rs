@@ -40,6 +40,11 @@ pub mod attribute {
     // dronelab's own.
     pub const INVOICE_PARTIAL: &str = "dronelab.invoice.partial";
     pub const OWNER_ID: &str = "dronelab.owner_id";
+    /// The invoice's month, `YYYY-MM`, and whether it is closed (before this month).
+    pub const INVOICE_MONTH: &str = "dronelab.invoice.month";
+    pub const INVOICE_MONTH_CLOSED: &str = "dronelab.invoice.month_closed";
+    /// The invoice came from the gateway's closed-month cache.
+    pub const INVOICE_CACHE_HIT: &str = "dronelab.invoice.cache_hit";
     /// A resource attribute: the antipattern lab's knobs that are on in this process
     /// (`ENV=value`, comma-separated), absent when all are off.
     pub const LAB_KNOBS: &str = "dronelab.lab.knobs";
