@@ -503,13 +503,15 @@ async fn a_busy_backend_sheds_whole_invoices_not_partial_ones() {
     );
 }
 
-/// A stand-in backend that answers every call 503 and counts them.
-async fn refusing() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
+/// A stand-in backend that answers every call with `answer()` and counts the calls.
+async fn counting_with<R: axum::response::IntoResponse + Send + 'static>(
+    answer: fn() -> R,
+) -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
     let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counted = calls.clone();
     let app = Router::new().fallback(move || {
         counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        async { StatusCode::SERVICE_UNAVAILABLE }
+        async move { answer() }
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -517,6 +519,11 @@ async fn refusing() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
         let _ = axum::serve(listener, app).await;
     });
     (Backend { addr, task }, calls)
+}
+
+/// A stand-in backend that answers every call 503 and counts them.
+async fn refusing() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
+    counting_with(|| StatusCode::SERVICE_UNAVAILABLE).await
 }
 
 /// The antipattern lab's Retry Storm: a refusing backend gets one call and up to two
@@ -554,18 +561,7 @@ async fn a_retry_storm_hammers_a_refusing_backend_and_the_budget_does_not() {
 
 /// A stand-in backend answering every section's fields, counting its calls.
 async fn counting() -> (Backend, Arc<std::sync::atomic::AtomicU64>) {
-    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counted = calls.clone();
-    let app = Router::new().fallback(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        async { axum::Json(every_section()) }
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (Backend { addr, task }, calls)
+    counting_with(|| axum::Json(every_section())).await
 }
 
 /// The antipattern lab's No Caching fix: a closed month's complete invoice is computed

@@ -168,11 +168,7 @@ fn ranges(attempts: &[SpanData]) -> std::collections::BTreeSet<String> {
 #[tokio::test]
 async fn every_shape_of_the_query_sums_the_same_records() {
     let emulator = seeded().await;
-    let expected = RECORDS
-        .iter()
-        .fold((0.0, 0.0), |(m, h), (_, miles, hours)| {
-            (m + miles, h + hours)
-        });
+    let expected = expected_sum();
     for (parallelism, use_key) in [("0", false), ("-1", false), ("2", false), ("0", true)] {
         let (app, _) = service(&emulator, parallelism, use_key).await;
         let sum = utilization(&app).await;
