@@ -1,7 +1,7 @@
 //! The antipattern lab end to end: `loadtest lab` run by the real binary on the quick
 //! profile against the whole local stack — the study's four stages and every pair under
 //! `loadtest/stages/antipatterns`. The confusion matrix is diagonal; each fix lowers its
-//! antipattern's own signal and the latency. The report is read back as the typed
+//! antipattern's own signal and the tail latency. The report is read back as the typed
 //! [`Report`].
 
 use std::path::Path;
@@ -48,7 +48,7 @@ fn signal(stage: &StageReport, kind: FindingKind) -> f64 {
 }
 
 #[test]
-#[ignore = "needs minutes: the quick antipattern lab, fourteen stages (run by .ci/run)"]
+#[ignore = "needs minutes: the quick antipattern lab, sixteen stages (run by .ci/run)"]
 fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
     let (report, markdown) = run_lab();
     let matrix = report.lab_matrix();
@@ -64,6 +64,7 @@ fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
             "chatty-io",
             "improper-instantiation",
             "no-caching",
+            "noisy-neighbor",
             "retry-storm",
             "synchronous-io"
         ]
@@ -80,12 +81,14 @@ fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
             signal(fixed, kind),
             signal(bad, kind)
         );
-        // …and the antipattern costs latency (each roughly doubles the median here).
+        // …and the antipattern costs latency at the tail (each raises the p99 by half
+        // or more here; a noisy neighbour slows only the owners of its partition, so
+        // the median need not move).
         assert!(
-            fixed.latency_ms.p50 < bad.latency_ms.p50,
-            "{name}: p50 {} vs {}",
-            fixed.latency_ms.p50,
-            bad.latency_ms.p50
+            fixed.latency_ms.p99 < bad.latency_ms.p99,
+            "{name}: p99 {} vs {}",
+            fixed.latency_ms.p99,
+            bad.latency_ms.p99
         );
         assert!(
             bad.study.is_none() && fixed.study.is_none(),
@@ -111,7 +114,7 @@ fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
         "{markdown}"
     );
     assert!(
-        markdown.contains("14 of 14 stages named as expected"),
+        markdown.contains("16 of 16 stages named as expected"),
         "{markdown}"
     );
 }

@@ -5,26 +5,32 @@
 //! 0. **Retry Storm** — an outgoing call (the gateway's to a backend) is retried ≥ 0.25
 //!    times per call, ≥ half of the retries within 2 ms of the failure before them →
 //!    retry within a budget, with backoff and jitter.
-//! 1. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
+//! 1. **Noisy Neighbor** — the 429s of rule 2, at least 10 of them placed on a
+//!    partition key range, and the range with the most holds ≥ 3× the share of them
+//!    that it holds of the service's own request units: another tenant spends that
+//!    partition's budget → give the neighbour its own container and throughput (or a
+//!    partition key that spreads it); more RU/s for everyone would pay for it.
+//!    Reported instead of rule 2.
+//! 2. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
 //!    service's time goes to waiting for retries → provision more RU/s.
-//! 2. **Improper Instantiation** — ≥ 0.5 Cosmos clients built per operation inside the
+//! 3. **Improper Instantiation** — ≥ 0.5 Cosmos clients built per operation inside the
 //!    request (the SDK's client-created hook marks the span that was current) → build
 //!    one client at startup and share it.
-//! 3. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
+//! 4. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
 //!    but never has more than one attempt in flight → query the partitions in parallel.
-//! 4. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
+//! 5. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
 //!    → query with the partition key so one partition answers.
-//! 5. **Chatty I/O** — ≥ 3 logical Cosmos operations per operation within one
+//! 6. **Chatty I/O** — ≥ 3 logical Cosmos operations per operation within one
 //!    partition key range: round trips one query could combine → read with one query.
-//! 6. **No Caching** — ≥ 20 % of the requests ask again for a closed month already asked
+//! 7. **No Caching** — ≥ 20 % of the requests ask again for a closed month already asked
 //!    for and are computed again → cache what can no longer change.
-//! 7. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
+//! 8. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
 //!    operation covered by none of its own spans: time its code neither awaited a
 //!    traced call nor handed back, the mark of a blocking call inside an async handler
 //!    (which also holds back every other request on that worker, so they start late and
 //!    their own spans stretch) → make the call asynchronous, or move it off the
 //!    runtime's workers.
-//! 8. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
+//! 9. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
 //!    the round trip and the services' own work → scale out on CPU if it saturates.
 
 use dronelab_contract::telemetry::attribute;
@@ -56,6 +62,15 @@ const STORM_IMMEDIATE_SHARE: f64 = 0.5;
 /// sample and were computed again. Uniform load over the study's 12,000 owner-months
 /// repeats ~1 % of 300 traces; real traffic's skew (Zipf, exponent 1) repeats over half.
 const RECOMPUTED_REPEATS: f64 = 0.2;
+/// Noisy Neighbor: the range with the most 429s holds this many times the share of
+/// them that it holds of the service's request units. 429s from the service's own demand
+/// fall where its request units go (≈ 1×); a neighbour burning one of nine partitions
+/// puts nearly all of them on a range with a ninth of the demand (≈ 9×). 3× leaves room
+/// for the sampling noise of a few dozen 429s and for a neighbour spread over up to three
+/// partitions. With one partition the rule cannot tell the two apart and stays silent.
+const NEIGHBOR_SKEW: f64 = 3.0;
+/// Fewer 429s placed on a range than this say nothing about where they fall.
+const NEIGHBOR_MIN_THROTTLES: usize = 10;
 /// An operation counts as cross-partition from this many ranges on average.
 const CROSS_PARTITION_RANGES: f64 = 1.5;
 /// Improper Instantiation: Cosmos clients built per operation. A service builds its
@@ -74,6 +89,8 @@ const CHATTY_OPERATIONS: f64 = 3.0;
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
     Throttling,
+    /// Another tenant spends a partition's RU budget (the antipattern lab).
+    NoisyNeighbor,
     SerialFanOut,
     CrossPartitionCost,
     NoCosmosBottleneck,
@@ -113,6 +130,7 @@ impl FindingKind {
             Self::ChattyIo => Some("many small round trips where one would do: a list and a point read per item instead of one query, each call paying the network and the database's per-request cost"),
             Self::NoCaching => Some("answers that can no longer change are computed again for every request: popular owner-months repeat, and each repeat costs the three backends and Cosmos DB the same work again"),
             Self::RetryStorm => Some("a failing call retried at once, again and again, without a budget or backoff: each retry adds load to the backend that is already failing, so it recovers later, and every caller waits for the retries"),
+            Self::NoisyNeighbor => Some("another workload shares the container's throughput and spends one partition's budget: the service's requests to that partition are throttled although its own demand fits the RU/s it was given"),
             Self::ImproperInstantiation => Some("a client meant to be built once and shared is built per request: every request repeats the account and container metadata reads and opens new connections"),
             _ => None,
         }
@@ -127,6 +145,10 @@ impl Diagnosis {
             FindingKind::Throttling => Some((
                 "throttled share of Cosmos calls",
                 self.cosmos.throttled_share,
+            )),
+            FindingKind::NoisyNeighbor => Some((
+                "429 share on the hottest range / its share of own RU",
+                self.cosmos.throttle_skew,
             )),
             FindingKind::RetryStorm => {
                 Some(("retries per backend call", self.retries.retries_per_call))
@@ -218,6 +240,21 @@ pub struct CosmosEvidence {
     /// Cosmos clients built inside the entry operation, per entry operation.
     #[serde(default)]
     pub clients_created_per_request: f64,
+    /// 429s placed on a partition key range (see [`crate::summary::ServiceSummary`]).
+    #[serde(default)]
+    pub throttles_placed: usize,
+    /// The range with the most of them…
+    #[serde(default)]
+    pub hottest_range: String,
+    /// …its share of them…
+    #[serde(default)]
+    pub hottest_range_throttled_share: f64,
+    /// …its share of the service's request units…
+    #[serde(default)]
+    pub hottest_range_demand_share: f64,
+    /// …and the first over the second (0 without 429s; at most 100).
+    #[serde(default)]
+    pub throttle_skew: f64,
 }
 
 /// The outgoing call retried most per call, across the traces.
@@ -610,6 +647,7 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
     let server_time: u64 = per_op.iter().map(|s| s.server_time_us).sum();
     let waiting: u64 = per_op.iter().map(|s| s.retry_wait_us).sum();
     let with_attempts: Vec<_> = per_op.iter().filter(|s| s.cosmos_attempts > 0).collect();
+    let hot = HottestRange::of(&per_op);
     CosmosEvidence {
         service: service.to_owned(),
         calls_per_operation: round(attempts as f64 / n, 2),
@@ -660,12 +698,73 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
             per_op.iter().map(|s| s.clients_created).sum::<usize>() as f64 / n,
             2,
         ),
+        throttles_placed: hot.placed,
+        hottest_range_throttled_share: round(hot.throttled_share, 3),
+        hottest_range_demand_share: round(hot.demand_share, 3),
+        throttle_skew: round(hot.skew(), 2),
+        hottest_range: hot.range,
+    }
+}
+
+/// Where a service's 429s fall against where its own request units go.
+#[derive(Default)]
+struct HottestRange {
+    range: String,
+    placed: usize,
+    throttled_share: f64,
+    demand_share: f64,
+}
+
+impl HottestRange {
+    fn of(per_op: &[&crate::summary::ServiceSummary]) -> Self {
+        let mut throttled = std::collections::BTreeMap::<&str, usize>::new();
+        let mut demand = std::collections::BTreeMap::<&str, f64>::new();
+        for s in per_op {
+            for (range, n) in &s.throttled_by_range {
+                *throttled.entry(range).or_default() += n;
+            }
+            for (range, ru) in &s.request_units_by_range {
+                *demand.entry(range).or_default() += ru;
+            }
+        }
+        let placed: usize = throttled.values().sum();
+        let total_ru: f64 = demand.values().sum();
+        let Some((range, most)) = throttled.into_iter().max_by_key(|(_, n)| *n) else {
+            return Self::default();
+        };
+        Self {
+            range: range.to_owned(),
+            placed,
+            throttled_share: most as f64 / placed as f64,
+            demand_share: if total_ru > 0.0 {
+                demand.get(range).copied().unwrap_or(0.0) / total_ru
+            } else {
+                0.0
+            },
+        }
+    }
+
+    fn skew(&self) -> f64 {
+        if self.placed == 0 {
+            0.0
+        } else {
+            (self.throttled_share / self.demand_share.max(0.01)).min(100.0)
+        }
     }
 }
 
 fn findings(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Vec<Finding> {
+    // A neighbour's 429s are not the service's demand: "provision more RU/s" would be
+    // the wrong advice, so rule 2 gives way.
+    let neighbour = noisy_neighbor(c);
+    let throttled = if neighbour.is_some() {
+        None
+    } else {
+        throttling(c)
+    };
     let mut out: Vec<Finding> = [
-        throttling(c),
+        neighbour,
+        throttled,
         improper_instantiation(c),
         serial_fan_out(c),
         cross_partition_cost(c),
@@ -701,6 +800,26 @@ fn throttling(c: &CosmosEvidence) -> Option<Finding> {
             c.ru_per_operation
         ),
     })
+}
+
+/// 429s piled on a range that carries little of the service's own demand.
+fn noisy_neighbor(c: &CosmosEvidence) -> Option<Finding> {
+    let throttled = c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE;
+    (throttled && c.throttles_placed >= NEIGHBOR_MIN_THROTTLES && c.throttle_skew >= NEIGHBOR_SKEW)
+        .then(|| Finding {
+            kind: FindingKind::NoisyNeighbor,
+            title: "Noisy Neighbor".into(),
+            evidence: format!(
+                "{} of {}'s Cosmos attempts were throttled; {} of them on partition key range {}, which carries {} of its own request units ({:.1}× its share): the budget of that partition goes to another workload",
+                pct(c.throttled_share),
+                c.service,
+                pct(c.hottest_range_throttled_share),
+                c.hottest_range,
+                pct(c.hottest_range_demand_share),
+                c.throttle_skew
+            ),
+            next_step: "give the other workload a container with throughput of its own (or a partition key that spreads its writes), and check the partition's RU consumption in the account's metrics; more RU/s for the shared container would pay for the neighbour".into(),
+        })
 }
 
 /// An operation spans several partition key ranges.
@@ -1125,13 +1244,52 @@ mod tests {
         ];
         for (mut c, operations) in stages {
             c.operations_per_request = operations;
+            if c.throttled_share > 0.0 {
+                // Stage 1's 429s fall where its own demand goes: evenly over the ranges.
+                c.throttles_placed = 300;
+                c.throttle_skew = 1.3;
+            }
             let named = kinds(&c);
             assert!(
                 !named.contains(&FindingKind::ChattyIo)
-                    && !named.contains(&FindingKind::ImproperInstantiation),
+                    && !named.contains(&FindingKind::ImproperInstantiation)
+                    && !named.contains(&FindingKind::NoisyNeighbor),
                 "{named:?}"
             );
         }
+    }
+
+    /// 5 % of the attempts throttled, `placed` of the 429s on a range, the hottest
+    /// holding `skew` times its share of the request units.
+    fn neighbour(throttled_share: f64, placed: usize, skew: f64) -> CosmosEvidence {
+        CosmosEvidence {
+            throttles_placed: placed,
+            hottest_range: "3".into(),
+            hottest_range_throttled_share: 0.9,
+            hottest_range_demand_share: 0.9 / skew,
+            throttle_skew: skew,
+            ..evidence(throttled_share, 0.0, 1.0, 1.0)
+        }
+    }
+
+    #[test]
+    fn a_noisy_neighbor_piles_429s_on_a_range_with_little_own_demand() {
+        use FindingKind::*;
+        // At both thresholds, and just above: the neighbour replaces throttling.
+        assert_eq!(kinds(&neighbour(0.05, 10, 3.0)), [NoisyNeighbor]);
+        assert_eq!(kinds(&neighbour(0.05, 11, 3.1)), [NoisyNeighbor]);
+        // Just below either: the 429s follow the service's own demand, or are too few
+        // to say where they fall.
+        assert_eq!(kinds(&neighbour(0.05, 200, 2.9)), [Throttling]);
+        assert_eq!(kinds(&neighbour(0.05, 9, 9.0)), [Throttling]);
+        // No throttling to speak of: nothing to name.
+        assert_eq!(kinds(&neighbour(0.009, 200, 9.0)), [NoCosmosBottleneck]);
+        let f = &findings(&neighbour(0.05, 100, 9.0), &[], 1e5)[0];
+        assert!(
+            f.evidence.contains("range 3") && f.evidence.contains("9.0×"),
+            "{}",
+            f.evidence
+        );
     }
 
     fn storm(retries_per_call: f64, immediate_share: f64) -> bool {
@@ -1154,6 +1312,7 @@ mod tests {
             ImproperInstantiation,
             RetryStorm,
             NoCaching,
+            NoisyNeighbor,
         ] {
             assert!(kind.about().is_some(), "{kind:?}");
             assert!(d.signal(kind).is_some(), "{kind:?} has no signal");

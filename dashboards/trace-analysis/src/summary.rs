@@ -48,6 +48,13 @@ pub struct ServiceSummary {
     /// are its client spans of one name under one parent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<CallRetries>,
+    /// Request units charged per partition key range: where its demand falls.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub request_units_by_range: BTreeMap<String, f64>,
+    /// 429s per partition key range: the range an attempt names, else the one range its
+    /// operation's other attempts reached (a throttled attempt may carry none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttled_by_range: BTreeMap<String, usize>,
 }
 
 /// One kind of outgoing call of a service in a trace (e.g. the gateway's
@@ -203,6 +210,45 @@ fn call_retries(spans: &[&Span]) -> Vec<CallRetries> {
     by_name.into_values().collect()
 }
 
+/// 429s by partition key range. A throttled attempt without a range takes its
+/// operation's (the attempts under the same parent) when that operation reached exactly
+/// one; a cross-partition operation's is left out.
+fn throttled_by_range(attempts: &[&Span]) -> BTreeMap<String, usize> {
+    let mut ranges_of_operation: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
+    for attempt in attempts {
+        if let Some(range) = attempt.tag_text(RANGE) {
+            ranges_of_operation
+                .entry(attempt.parent_id())
+                .or_default()
+                .insert(range);
+        }
+    }
+    let mut by_range = BTreeMap::new();
+    for throttled in attempts.iter().filter(|a| is_throttled(a)) {
+        let range = throttled.tag_text(RANGE).or_else(|| {
+            let ranges = ranges_of_operation.get(&throttled.parent_id())?;
+            (ranges.len() == 1)
+                .then(|| ranges.iter().next().cloned())
+                .flatten()
+        });
+        if let Some(range) = range {
+            *by_range.entry(range).or_insert(0) += 1;
+        }
+    }
+    by_range
+}
+
+/// Request units charged by partition key range.
+fn request_units_by_range(attempts: &[&Span]) -> BTreeMap<String, f64> {
+    let mut by_range = BTreeMap::new();
+    for attempt in attempts {
+        if let (Some(range), Some(ru)) = (attempt.tag_text(RANGE), attempt.tag_f64(CHARGE)) {
+            *by_range.entry(range).or_insert(0.0) += ru;
+        }
+    }
+    by_range
+}
+
 /// `<owner> <YYYY-MM>` of a span that asked for a closed month.
 fn closed_month_key(span: &Span) -> Option<String> {
     if span.tag(INVOICE_MONTH_CLOSED) != Some(&serde_json::Value::Bool(true)) {
@@ -306,6 +352,8 @@ fn summarize_service(
             .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
             .sum(),
         calls: call_retries(spans),
+        request_units_by_range: request_units_by_range(&attempts),
+        throttled_by_range: throttled_by_range(&attempts),
     }
 }
 
@@ -463,6 +511,50 @@ mod tests {
         assert_eq!(u.clients_created, 2);
         let quiet = trace(vec![span("s1", None, 0, 10, &[("span.kind", "server")])]);
         assert_eq!(summarize(&quiet).services[0].clients_created, 0);
+    }
+
+    #[test]
+    fn a_429_without_a_range_is_placed_on_its_operations_one_range() {
+        let throttled = |id: &str, parent: &str, start: u64| {
+            span(
+                id,
+                Some(parent),
+                start,
+                10,
+                &[
+                    ("db.system.name", COSMOS_DB_SYSTEM),
+                    (STATUS, "429"),
+                    (CHARGE, "0"),
+                ],
+            )
+        };
+        let t = trace(vec![
+            span("s1", None, 0, 1000, &[("span.kind", "server")]),
+            // A read throttled twice, answered by range 4.
+            span("r1", Some("s1"), 0, 300, &[]),
+            throttled("a1", "r1", 0),
+            throttled("a2", "r1", 100),
+            attempt("a3", "r1", 200, 10, "200", "4"),
+            // A 429 that names its range counts there.
+            span("r2", Some("s1"), 400, 100, &[]),
+            attempt("a4", "r2", 400, 10, "429", "7"),
+            attempt("a5", "r2", 450, 10, "200", "7"),
+            // A query over two ranges: its 429 cannot be placed.
+            span("q1", Some("s1"), 600, 300, &[]),
+            throttled("a6", "q1", 600),
+            attempt("a7", "q1", 700, 10, "200", "1"),
+            attempt("a8", "q1", 700, 10, "200", "2"),
+        ]);
+        let u = &summarize(&t).services[0];
+        assert_eq!(
+            u.throttled_by_range,
+            BTreeMap::from([("4".to_owned(), 2), ("7".to_owned(), 1)])
+        );
+        assert_eq!(u.cosmos_throttled, 4);
+        // Request units by range: 2.5 per answered attempt, the 429 of range 7 too.
+        assert_eq!(u.request_units_by_range.get("4"), Some(&2.5));
+        assert_eq!(u.request_units_by_range.get("7"), Some(&5.0));
+        assert_eq!(u.request_units_by_range.len(), 4);
     }
 
     #[test]

@@ -146,6 +146,7 @@ impl TestStack {
         let args = SummaryArgs {
             cosmos: self.cosmos_args(),
             overload: Default::default(),
+            scan_ingest: Default::default(),
         };
         let state = SummaryState::<S>::connect(&args, telemetry)
             .await

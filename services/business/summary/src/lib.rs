@@ -2,10 +2,13 @@
 //! one point read by id and partition key (`/ownerId`). The delivery and package
 //! services are this, with their own container and response shape.
 //!
-//! delivery-service has the antipattern lab's overload fault (`--overload`, [`overload`]),
-//! off by default; package-service shares the flag's code and ignores it.
+//! Two antipattern-lab knobs live here, each read by one of the two services and
+//! ignored by the other: delivery-service's overload fault (`--overload`, [`overload`])
+//! and package-service's scan ingest, the Noisy Neighbor's second tenant
+//! (`--scan-ingest`, [`scan_ingest`]). Both are off by default.
 
 mod overload;
+pub mod scan_ingest;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::routing::get;
 use axum::{Json, Router};
-use dronelab_contract::lab::{Overload, ENV_DELIVERY_OVERLOAD};
+use dronelab_contract::lab::{Overload, ScanIngest, ENV_DELIVERY_OVERLOAD, ENV_SCAN_INGEST};
 use dronelab_contract::telemetry::{attribute, operation};
 use dronelab_contract::{Container, OwnerMonth, Service};
 use opentelemetry::KeyValue;
@@ -69,10 +72,10 @@ impl<S: Summary> ServiceCommand for SummaryCommand<S> {
     }
 
     fn lab_knobs(&self) -> Vec<(&'static str, String)> {
-        if S::SERVICE == Service::Delivery {
-            vec![(ENV_DELIVERY_OVERLOAD, self.summary.overload.to_string())]
-        } else {
-            Vec::new()
+        match S::SERVICE {
+            Service::Delivery => vec![(ENV_DELIVERY_OVERLOAD, self.summary.overload.to_string())],
+            Service::Package => vec![(ENV_SCAN_INGEST, self.summary.scan_ingest.to_string())],
+            _ => Vec::new(),
         }
     }
 }
@@ -86,12 +89,20 @@ pub struct SummaryArgs {
     /// requests at a time, 20 ms each, and answer 503 after 50 ms in line.
     #[arg(long, env = ENV_DELIVERY_OVERLOAD, default_value = "off")]
     pub overload: Overload,
+    /// Antipattern lab (the second tenant of Noisy Neighbor), package-service only:
+    /// shared-container = 50 scan writes/s under one partition key into the tuned
+    /// utilization container; own-container = the same writes into container
+    /// package-scans, with throughput of its own.
+    #[arg(long, env = ENV_SCAN_INGEST, default_value = "off")]
+    pub scan_ingest: ScanIngest,
 }
 
 pub struct SummaryState<S> {
     container: Arc<LazyContainer>,
     /// The overload fault's line and slots, when on (delivery-service only).
     capacity: Option<overload::Capacity>,
+    /// The scan ingest, when on (package-service only); it stops with the state.
+    _scan_ingest: Option<scan_ingest::ScanIngestTask>,
     telemetry: Telemetry,
     cosmos: CosmosTelemetry,
     instrumentation: Instrumentation,
@@ -124,9 +135,15 @@ impl<S: Summary> SummaryState<S> {
         let instrumentation = Instrumentation::new(telemetry.clone());
         let cosmos = CosmosTelemetry::new(telemetry.clone(), &instrumentation.metrics);
         let overloaded = S::SERVICE == Service::Delivery && args.overload == Overload::On;
+        let scan_ingest = if S::SERVICE == Service::Package {
+            scan_ingest::start(args.cosmos.clone(), args.scan_ingest, cosmos.clone())
+        } else {
+            None
+        };
         Arc::new(Self {
             container,
             capacity: overloaded.then(overload::Capacity::default),
+            _scan_ingest: scan_ingest,
             telemetry,
             cosmos,
             instrumentation,

@@ -8,7 +8,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cosmos_emulator::{Config, InProcess};
 use cosmos_kit::CosmosArgs;
-use dronelab_contract::lab::{Overload, OVERLOAD_SLOTS, OVERLOAD_WORK};
+use dronelab_contract::lab::{
+    Overload, ScanIngest, OVERLOAD_SLOTS, OVERLOAD_WORK, SCAN_CONTAINER,
+    SCAN_CONTAINER_RU_PER_SECOND, SCAN_TENANT,
+};
 use dronelab_contract::telemetry::{attribute, metric};
 use dronelab_contract::{routes, Container, PackageSummary, Service, DATABASE};
 use http_body_util::BodyExt as _;
@@ -83,6 +86,20 @@ async fn get(app: &axum::Router, query: &str) -> (StatusCode, serde_json::Value)
     (status, serde_json::from_slice(&body).unwrap_or_default())
 }
 
+/// The service's `/metrics`, as text.
+async fn metrics_text(app: &axum::Router) -> String {
+    let request = Request::get(routes::METRICS)
+        .body(Body::empty())
+        .expect("request");
+    let body = app
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("served")
+        .into_body();
+    String::from_utf8_lossy(&body.collect().await.expect("body").to_bytes()).into_owned()
+}
+
 async fn app_on(
     emulator: &InProcess,
     spans: &InMemorySpanExporter,
@@ -98,6 +115,7 @@ async fn app_of<S: Summary>(
     let args = SummaryArgs {
         cosmos: cosmos(emulator),
         overload,
+        scan_ingest: ScanIngest::Off,
     };
     let telemetry = Telemetry::with_exporter(S::SERVICE.name(), spans.clone());
     let state = SummaryState::<S>::connect(&args, telemetry)
@@ -159,17 +177,7 @@ async fn the_read_is_a_span_with_its_attempt_and_its_cost_in_the_metrics() {
         value(attribute::COSMOS_REQUEST_CHARGE).as_deref(),
         Some("1")
     );
-    let request = Request::get(routes::METRICS)
-        .body(Body::empty())
-        .expect("request");
-    let text = app
-        .clone()
-        .oneshot(request)
-        .await
-        .expect("served")
-        .into_body();
-    let text =
-        String::from_utf8_lossy(&text.collect().await.expect("body").to_bytes()).into_owned();
+    let text = metrics_text(&app).await;
     assert!(
         text.contains(&format!(
             r#"{}{{operation="read_item",container="packages",status="200",sub_status="0"}} 1"#,
@@ -270,4 +278,86 @@ async fn the_overload_fault_serves_two_at_a_time_and_refuses_the_rest() {
     assert!(answers
         .iter()
         .all(|r| r.as_ref().is_ok_and(|r| r.status() == StatusCode::OK)));
+}
+
+/// Whether a scan event sits in `container` under the ingest's key, waiting up to 10 s
+/// for the ingest to write it.
+async fn scan_written(emulator: &InProcess, container: &str) -> bool {
+    let client = cosmos(emulator).connect().await.expect("client");
+    let container = client
+        .database_client(DATABASE)
+        .container_client(container, None)
+        .await;
+    let Ok(container) = container else {
+        return false;
+    };
+    for _ in 0..100 {
+        if container
+            .read_item(SCAN_TENANT, "scan-00000", None)
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    false
+}
+
+async fn package_service_with(
+    emulator: &InProcess,
+    scan_ingest: ScanIngest,
+) -> Arc<SummaryState<Packages>> {
+    let args = SummaryArgs {
+        cosmos: cosmos(emulator),
+        overload: Overload::Off,
+        scan_ingest,
+    };
+    let telemetry =
+        Telemetry::with_exporter(Service::Package.name(), InMemorySpanExporter::default());
+    SummaryState::<Packages>::connect(&args, telemetry)
+        .await
+        .expect("connected")
+}
+
+/// Noisy Neighbor's second tenant: shared, package-service's scan ingest writes into
+/// the tuned utilization container under its one key; on its own, into a container it
+/// creates with throughput of its own, leaving the utilization container alone. Each
+/// write is an `upsert_item` operation in package-service's metrics.
+#[tokio::test]
+async fn the_scan_ingest_writes_into_the_shared_or_its_own_container() {
+    let shared = seeded().await;
+    let state = package_service_with(&shared, ScanIngest::SharedContainer).await;
+    assert!(scan_written(&shared, Container::UtilizationByOwner.name()).await);
+    assert!(!scan_written(&shared, SCAN_CONTAINER).await);
+    let metrics = metrics_text(&build_app(state.clone())).await;
+    assert!(
+        metrics.contains("operation=\"upsert_item\",container=\"utilization-by-owner\""),
+        "{metrics}"
+    );
+    drop(state);
+
+    let own = seeded().await;
+    let _state = package_service_with(&own, ScanIngest::OwnContainer).await;
+    assert!(scan_written(&own, SCAN_CONTAINER).await);
+    let client = cosmos(&own).connect().await.expect("client");
+    let scans = client
+        .database_client(DATABASE)
+        .container_client(SCAN_CONTAINER, None)
+        .await
+        .expect("created");
+    let throughput = scans.read_throughput(None).await.expect("offer");
+    assert_eq!(
+        throughput.and_then(|t| t.throughput()),
+        Some(SCAN_CONTAINER_RU_PER_SECOND)
+    );
+    let by_owner = client
+        .database_client(DATABASE)
+        .container_client(Container::UtilizationByOwner.name(), None)
+        .await
+        .expect("container");
+    assert!(by_owner
+        .read_item(SCAN_TENANT, "scan-00000", None)
+        .await
+        .is_err());
 }

@@ -102,8 +102,34 @@ pub const ENV_INVOICE_CACHE: &str = "GATEWAY_INVOICE_CACHE";
 /// The most invoices the gateway's closed-month cache holds (the oldest go first).
 pub const INVOICE_CACHE_ENTRIES: usize = 100_000;
 
+/// `--scan-ingest`: package-service's package-scan ingest, a second tenant of the
+/// Cosmos account that writes [`SCAN_INGEST_WRITES_PER_SECOND`] scan events under one
+/// partition key value ([`SCAN_TENANT`]). `shared-container` writes them into the
+/// tuned utilization container, so its one physical partition's budget goes to the
+/// neighbour (Noisy Neighbor); `own-container` writes them into [`SCAN_CONTAINER`], with
+/// throughput of its own (the fix).
+pub const ENV_SCAN_INGEST: &str = "PACKAGE_SCAN_INGEST";
+
+/// Scan events the ingest offers per second: upserts of ~1 KB (≈ 5.6 RU as an insert,
+/// ≈ 11 RU once an id is rewritten), well beyond one partition's share of the Noisy
+/// Neighbor pair's 1,500 RU/s (167 RU/s).
+pub const SCAN_INGEST_WRITES_PER_SECOND: u32 = 50;
+/// Writes the ingest keeps in flight at most; a tick finding them all busy is skipped.
+pub const SCAN_INGEST_IN_FLIGHT: usize = 8;
+/// How long the ingest runs before it stops by itself (a lab's load is bounded).
+pub const SCAN_INGEST_DURATION: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+/// Distinct scan documents: ids repeat, so the container stops growing.
+pub const SCAN_INGEST_DOCUMENTS: u64 = 1_000;
+/// The partition key value of every scan event (the ingest's tenant).
+pub const SCAN_TENANT: &str = "package-scans";
+/// The neighbour's own container (partition key `/ownerId`, like the shared one).
+pub const SCAN_CONTAINER: &str = "package-scans";
+/// Its manual throughput when the ingest creates it: Cosmos DB's minimum. The neighbour
+/// may throttle itself there; it no longer spends ours.
+pub const SCAN_CONTAINER_RU_PER_SECOND: u64 = 400;
+
 /// Every knob of the lab.
-pub const KNOBS: [LabKnob; 6] = [
+pub const KNOBS: [LabKnob; 7] = [
     LabKnob {
         env: ENV_AUDIT_WRITE,
         service: Service::Utilization,
@@ -139,6 +165,12 @@ pub const KNOBS: [LabKnob; 6] = [
         service: Service::Gateway,
         values: InvoiceCache::VALUES,
         help: "off: every invoice recomputed (No Caching); closed-months: complete invoices of closed months kept in the gateway",
+    },
+    LabKnob {
+        env: ENV_SCAN_INGEST,
+        service: Service::Package,
+        values: ScanIngest::VALUES,
+        help: "off: no ingest; shared-container: 50 scan writes/s into the tuned utilization container, one partition key (Noisy Neighbor); own-container: the same writes into a container with its own throughput",
     },
 ];
 
@@ -207,6 +239,17 @@ knob_values! {
         Off = "off",
         /// Complete invoices of closed months kept (they can no longer change).
         ClosedMonths = "closed-months",
+    }
+}
+
+knob_values! {
+    /// Where package-service's scan ingest writes, if it runs.
+    ScanIngest {
+        Off = "off",
+        /// Into the tuned utilization container, sharing its throughput.
+        SharedContainer = "shared-container",
+        /// Into [`SCAN_CONTAINER`], with throughput of its own.
+        OwnContainer = "own-container",
     }
 }
 

@@ -64,6 +64,7 @@ pub const COSMOS_DB_SYSTEM: &str = "azure.cosmosdb";
 pub mod operation {
     pub const READ_ITEM: &str = "read_item";
     pub const QUERY_ITEMS: &str = "query_items";
+    pub const UPSERT_ITEM: &str = "upsert_item";
 }
 
 /// Span event names.
