@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod criteria;
 pub mod diagnose;
 pub mod emulator;
 pub mod promtext;

@@ -6,8 +6,10 @@
 //! - [`model`]: what the report holds, stage by stage;
 //! - [`resources`]: CPU and memory per component, and how a stage's samples sum up;
 //! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
+//! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
+pub mod criteria;
 mod html;
 pub mod lab;
 mod markdown;

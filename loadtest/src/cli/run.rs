@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use dronelab_contract::{Invoice, Service};
+use dronelab_report::criteria::Figures;
 use dronelab_study::{DataSet, OwnerMonths};
 use loadgen::{start, LoadSummary, Outcome, Profile, RunOptions, Shard, Target};
 
@@ -76,6 +77,8 @@ pub struct RunArgs {
     /// Keep every latency in the record (at most 1,000,000), to check a merge against.
     #[arg(long, requires = "record")]
     pub record_samples: bool,
+    #[command(flatten)]
+    pub criteria: crate::criteria::CriteriaArgs,
 }
 
 impl RunArgs {
@@ -105,6 +108,7 @@ impl RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<(), String> {
     let profile = args.profile()?;
+    args.criteria.check_for_run()?;
     let requests = OwnerMonths::new(
         args.path.clone(),
         DataSet {
@@ -146,11 +150,16 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
     if let Some(path) = &args.record {
         write_json(path, &record)?;
     }
-    print_summary(&summary, args.record.as_deref() == Some(Path::new("-")));
+    let stdout_taken = args.record.as_deref() == Some(Path::new("-"));
+    print_summary(&summary, stdout_taken);
     if let Some(path) = &args.out {
         write_json(path, &summary)?;
     }
-    Ok(())
+    args.criteria.enforce(
+        &format!("loadtest {label}"),
+        &[("run", Figures::of_load(&summary))],
+        stdout_taken,
+    )
 }
 
 /// The start, saying on stderr when it is late (a pod's log shows it).

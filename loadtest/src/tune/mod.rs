@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
 
+use dronelab_report::criteria::Figures;
 use dronelab_report::Report;
 use environment::cluster::ClusterEnvironment;
 use environment::local::LocalStack;
@@ -93,6 +94,8 @@ pub struct TuneArgs {
     #[arg(long)]
     pub skip_seed: bool,
     #[command(flatten)]
+    pub criteria: crate::criteria::CriteriaArgs,
+    #[command(flatten)]
     pub seed: SeedArgs,
 }
 
@@ -126,6 +129,10 @@ pub enum TuneError {
     UtilizationUrlAlone,
     #[error("interrupted; the load generators' Job is deleted")]
     Interrupted,
+    /// A `--fail-on` criterion names a stage that does not run, or one did not hold
+    /// (the report is written).
+    #[error("{0}")]
+    Criteria(String),
 }
 
 fn run_id() -> String {
@@ -153,6 +160,9 @@ async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, Tune
     let Some(first) = stages.first() else {
         return Err(TuneError::NoStages);
     };
+    args.criteria
+        .check_stages(stages.iter().map(|s| s.name.as_str()))
+        .map_err(TuneError::Criteria)?;
     let id = run_id();
     let dir = args.reports.join(&id);
     std::fs::create_dir_all(&dir)?;
@@ -236,6 +246,15 @@ impl Run<'_> {
         }
         println!("report: {}", self.dir.join("report.html").display());
         environment.close(self.args.keep_up).await;
+        let figures: Vec<(&str, Figures)> = report
+            .stages
+            .iter()
+            .map(|s| (s.name.as_str(), Figures::of_stage(s)))
+            .collect();
+        self.args
+            .criteria
+            .enforce(&format!("loadtest {}", report.run_id), &figures, false)
+            .map_err(TuneError::Criteria)?;
         Ok(self.dir)
     }
 }

@@ -1,0 +1,89 @@
+//! `--fail-on` and `--junit` on `run`, `tune` and `lab`: the criteria are judged after
+//! the report is written, every verdict is printed with its measured value, and the
+//! command fails naming the criteria that did not hold (the judging itself is
+//! `dronelab_report::criteria`).
+
+use std::path::PathBuf;
+
+use dronelab_report::criteria::{self, judge, junit_xml, Criterion, Figures};
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CriteriaArgs {
+    /// A criterion that must hold (repeatable): `p99<1000ms`, `errors<1%`, `rps>50`, or
+    /// for one stage `4-partition-key:p99<200ms`. Figures: avg, p50, p90, p95, p99, max
+    /// (end-to-end, ms or s), errors (failed or shed, %), rps, and where Cosmos DB is
+    /// measured (tune, lab) throttled (429s, %) and ru (per operation). The report is
+    /// written either way; if one fails, the command exits 1 naming it.
+    #[arg(long = "fail-on", value_name = "EXPR")]
+    pub fail_on: Vec<Criterion>,
+    /// Write the verdicts as JUnit XML (one test case per criterion and stage).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+impl CriteriaArgs {
+    /// For `loadtest run`: one unnamed run, no Cosmos DB figures.
+    pub fn check_for_run(&self) -> Result<(), String> {
+        for criterion in &self.fail_on {
+            if criterion.stage.is_some() {
+                return Err(format!(
+                    "--fail-on {criterion}: `run` has no stages; drop the stage"
+                ));
+            }
+            if criterion.figure.needs_cosmos() {
+                return Err(format!(
+                    "--fail-on {criterion}: {} is measured by `tune` and `lab`, not by `run`",
+                    criterion.figure.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a criterion for a stage that will not run.
+    pub fn check_stages<'a>(
+        &self,
+        stages: impl Iterator<Item = &'a str> + Clone,
+    ) -> Result<(), String> {
+        criteria::check_stages(&self.fail_on, stages)
+    }
+
+    /// Judges the criteria on `stages`, prints each verdict (on stderr when stdout
+    /// carries data), writes the JUnit file if asked; an error names every failure.
+    pub fn enforce(
+        &self,
+        suite: &str,
+        stages: &[(&str, Figures)],
+        to_stderr: bool,
+    ) -> Result<(), String> {
+        let verdicts = judge(&self.fail_on, stages);
+        if !verdicts.is_empty() {
+            let lines: Vec<String> = verdicts.iter().map(|v| format!("  {v}")).collect();
+            let text = format!("criteria:\n{}", lines.join("\n"));
+            if to_stderr {
+                eprintln!("{text}");
+            } else {
+                println!("{text}");
+            }
+        }
+        if let Some(path) = &self.junit {
+            std::fs::write(path, junit_xml(suite, &verdicts))
+                .map_err(|e| format!("writing --junit {}: {e}", path.display()))?;
+        }
+        let failed: Vec<String> = verdicts
+            .iter()
+            .filter(|v| !v.passed)
+            .map(|v| format!("{} {} ({})", v.stage, v.criterion, v.measured))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of {} criteria failed: {}",
+                failed.len(),
+                verdicts.len(),
+                failed.join("; ")
+            ))
+        }
+    }
+}
