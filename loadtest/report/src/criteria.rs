@@ -294,12 +294,24 @@ pub fn check_stages<'a>(
     Ok(())
 }
 
-/// Every criterion judged on every stage it is for.
+/// Whether `stage` is `wanted` or one of its repeats (`wanted~2`, `tune --repeat`).
+fn is_run_of(stage: &str, wanted: &str) -> bool {
+    stage == wanted
+        || stage
+            .strip_prefix(wanted)
+            .is_some_and(|rest| rest.starts_with(crate::compare::REPEAT_MARK))
+}
+
+/// Every criterion judged on every stage it is for (a stage's repeats included).
 pub fn judge(criteria: &[Criterion], stages: &[(&str, Figures)]) -> Vec<Verdict> {
     let mut verdicts = Vec::new();
     for criterion in criteria {
         for (stage, figures) in stages {
-            if criterion.stage.as_deref().is_some_and(|s| s != *stage) {
+            if criterion
+                .stage
+                .as_deref()
+                .is_some_and(|wanted| !is_run_of(stage, wanted))
+            {
                 continue;
             }
             let figure = criterion.figure;
@@ -462,6 +474,21 @@ mod tests {
         );
         assert!(verdicts.iter().all(|v| !v.passed), "{verdicts:?}");
         assert_eq!(verdicts[0].measured, "ru was not measured");
+    }
+
+    #[test]
+    fn a_stage_criterion_judges_its_repeats_too() {
+        let stages = [
+            ("2-more-ru", figures(900.0, 0, 25.0)),
+            ("2-more-ru~2", figures(1100.0, 0, 25.0)),
+            ("2-more-ru-bis", figures(1100.0, 0, 25.0)),
+        ];
+        let verdicts = judge(&[parse("2-more-ru:p99<1s")], &stages);
+        let judged: Vec<(&str, bool)> = verdicts
+            .iter()
+            .map(|v| (v.stage.as_str(), v.passed))
+            .collect();
+        assert_eq!(judged, [("2-more-ru", true), ("2-more-ru~2", false)]);
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! - [`resources`]: CPU and memory per component, and how a stage's samples sum up;
 //! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
 //! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
+//! - [`compare`]: two runs side by side, each difference tested against noise;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
+pub mod compare;
 pub mod criteria;
 mod html;
 pub mod lab;

@@ -1,7 +1,8 @@
-//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `lab`, `diagnose`, and the hidden `component`
+//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `lab`, `compare`, `diagnose`, and the hidden `component`
 //! the local stack uses to start each service as its own process. One module per command
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
+mod compare;
 mod merge;
 pub mod run;
 mod up;
@@ -42,6 +43,9 @@ pub enum Command {
     Lab(Box<TuneArgs>),
     /// Combine the records of a run's shards (`run --shard i/N --record`) into one.
     Merge(merge::MergeArgs),
+    /// Two runs' reports side by side: per stage and figure the difference and whether
+    /// it is significant, and a page overlaying their series.
+    Compare(compare::CompareArgs),
     /// Read traces from a Jaeger-compatible API and name the bottleneck and the next step.
     Diagnose(crate::diagnose::DiagnoseArgs),
     /// Run one component of the local stack in this process (used by `up` and `tune`).
@@ -79,6 +83,11 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
         Command::Merge(args) => {
             init_logging();
             if let Err(e) = merge::merge(args) {
+                return fail(e);
+            }
+        }
+        Command::Compare(args) => {
+            if let Err(e) = compare::run(args) {
                 return fail(e);
             }
         }

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
 
+use dronelab_report::compare::REPEAT_MARK;
 use dronelab_report::criteria::Figures;
 use dronelab_report::Report;
 use environment::cluster::ClusterEnvironment;
@@ -36,6 +37,12 @@ pub struct TuneArgs {
     /// antipattern's (its directory, e.g. `chatty-io`) or `study` (the four stages).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Run the stages N times over (all of them, then all again), to see this machine's
+    /// run-to-run noise: later runs are named `<stage>~2`, `~3`… in the report, which
+    /// ends with each stage's spread; `loadtest compare RUN RUN --stages
+    /// 2-more-ru:2-more-ru~2` tests a difference against it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub repeat: u32,
     /// Where reports go (`<dir>/<run-id>/`, plus `<dir>/latest`).
     #[arg(long, default_value = "reports")]
     pub reports: PathBuf,
@@ -227,8 +234,14 @@ impl Run<'_> {
             profile,
         };
         let mut reports = Vec::new();
-        for stage in self.stages {
-            reports.push(run_stage(&mut environment, &context, stage).await?);
+        for round in 1..=self.args.repeat {
+            for stage in self.stages {
+                let mut report = run_stage(&mut environment, &context, stage).await?;
+                if round > 1 {
+                    report.name = format!("{}{REPEAT_MARK}{round}", report.name);
+                }
+                reports.push(report);
+            }
         }
         let report = Report::new(
             self.id,
@@ -240,9 +253,10 @@ impl Run<'_> {
         );
         report.write(&self.dir, &self.args.reports)?;
         println!("{}", report.markdown_table());
-        let lab = report.lab_markdown();
-        if !lab.is_empty() {
-            println!("{lab}");
+        for section in [report.lab_markdown(), report.spread_markdown()] {
+            if !section.is_empty() {
+                println!("{section}");
+            }
         }
         println!("report: {}", self.dir.join("report.html").display());
         environment.close(self.args.keep_up).await;
