@@ -785,7 +785,7 @@ fn pct(v: f64) -> String {
 }
 
 fn throttling(c: &CosmosEvidence) -> Option<Finding> {
-    (c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE).then(|| Finding {
+    throttled(c).then(|| Finding {
         kind: FindingKind::Throttling,
         title: "Cosmos DB throttling (HTTP 429)".into(),
         evidence: format!(
@@ -802,10 +802,14 @@ fn throttling(c: &CosmosEvidence) -> Option<Finding> {
     })
 }
 
+/// Rule 2's condition, which rule 1 shares: enough 429s, or enough time waiting on them.
+fn throttled(c: &CosmosEvidence) -> bool {
+    c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE
+}
+
 /// 429s piled on a range that carries little of the service's own demand.
 fn noisy_neighbor(c: &CosmosEvidence) -> Option<Finding> {
-    let throttled = c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE;
-    (throttled && c.throttles_placed >= NEIGHBOR_MIN_THROTTLES && c.throttle_skew >= NEIGHBOR_SKEW)
+    (throttled(c) && c.throttles_placed >= NEIGHBOR_MIN_THROTTLES && c.throttle_skew >= NEIGHBOR_SKEW)
         .then(|| Finding {
             kind: FindingKind::NoisyNeighbor,
             title: "Noisy Neighbor".into(),

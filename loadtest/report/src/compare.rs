@@ -297,7 +297,22 @@ pub fn common_stages(a: &Report, b: &Report) -> Vec<(String, String)> {
 }
 
 /// The later runs of a stage in a `tune --repeat N` run are named `<stage>~2`, `~3`….
-pub const REPEAT_MARK: char = '~';
+const REPEAT_MARK: char = '~';
+
+/// The name of `stage`'s run in `round` (1 is the stage's own name).
+pub fn repeat_name(stage: &str, round: u32) -> String {
+    if round > 1 {
+        format!("{stage}{REPEAT_MARK}{round}")
+    } else {
+        stage.to_owned()
+    }
+}
+
+/// The stage a run's name belongs to (`2-more-ru` of `2-more-ru~2`).
+pub fn stage_of_run(name: &str) -> &str {
+    name.split_once(REPEAT_MARK)
+        .map_or(name, |(stage, _)| stage)
+}
 
 /// One stage's figures over its repeats: the lowest, the median and the highest.
 #[derive(Debug, Clone, PartialEq)]
@@ -324,7 +339,7 @@ impl Spread {
 fn repeats<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(&'a str, Vec<usize>)> {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, name) in names.enumerate() {
-        let base = name.split_once(REPEAT_MARK).map_or(name, |(base, _)| base);
+        let base = stage_of_run(name);
         match groups.iter_mut().find(|(b, _)| *b == base) {
             Some((_, runs)) => runs.push(i),
             None => groups.push((base, vec![i])),

@@ -296,10 +296,7 @@ pub fn check_stages<'a>(
 
 /// Whether `stage` is `wanted` or one of its repeats (`wanted~2`, `tune --repeat`).
 fn is_run_of(stage: &str, wanted: &str) -> bool {
-    stage == wanted
-        || stage
-            .strip_prefix(wanted)
-            .is_some_and(|rest| rest.starts_with(crate::compare::REPEAT_MARK))
+    crate::compare::stage_of_run(stage) == wanted
 }
 
 /// Every criterion judged on every stage it is for (a stage's repeats included).

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
 
-use dronelab_report::compare::REPEAT_MARK;
+use dronelab_report::compare::repeat_name;
 use dronelab_report::criteria::Figures;
 use dronelab_report::Report;
 use environment::cluster::ClusterEnvironment;
@@ -237,9 +237,7 @@ impl Run<'_> {
         for round in 1..=self.args.repeat {
             for stage in self.stages {
                 let mut report = run_stage(&mut environment, &context, stage).await?;
-                if round > 1 {
-                    report.name = format!("{}{REPEAT_MARK}{round}", report.name);
-                }
+                report.name = repeat_name(&report.name, round);
                 reports.push(report);
             }
         }
