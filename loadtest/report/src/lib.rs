@@ -8,8 +8,10 @@
 //! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
 //! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
 //! - [`compare`]: two runs side by side, each difference tested against noise;
+//! - [`capacity`]: each stage's knee at the latency objective, measured and predicted;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
+pub mod capacity;
 pub mod compare;
 pub mod criteria;
 mod html;
