@@ -33,6 +33,7 @@ pub fn render(report: &Report) -> String {
     body.push_str(&markdown_table_to_html(&report.markdown_table()));
     body.push_str(&per_operation(report));
     body.push_str(&lab(report));
+    body.push_str(&report.capacity_html());
     for stage in &report.stages {
         body.push_str(&stage_section(stage));
     }

@@ -8,8 +8,10 @@
 //! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
 //! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
 //! - [`compare`]: two runs side by side, each difference tested against noise;
+//! - [`capacity`]: each stage's knee at the latency objective, measured and predicted;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
+pub mod capacity;
 pub mod compare;
 pub mod criteria;
 mod html;
@@ -37,6 +39,24 @@ impl Report {
             std::os::unix::fs::symlink(name, &latest)?;
         }
         Ok(())
+    }
+
+    /// The stages that searched for their knee, with their capacity figures.
+    fn capacities(&self) -> Vec<(&str, &capacity::CapacityFigures)> {
+        self.stages
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.capacity.as_ref()?)))
+            .collect()
+    }
+
+    /// The capacity table as Markdown ("" when no stage searched for its knee).
+    pub fn capacity_markdown(&self) -> String {
+        capacity::markdown(&self.capacities())
+    }
+
+    /// The capacity charts as HTML ("" when no stage searched for its knee).
+    pub fn capacity_html(&self) -> String {
+        capacity::html(&self.capacities())
     }
 
     /// Reads `report.json` from a run's directory.

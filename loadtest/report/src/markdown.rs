@@ -48,6 +48,7 @@ impl Report {
         );
         out.push_str(&self.lab_markdown());
         out.push_str(&self.spread_markdown());
+        out.push_str(&self.capacity_markdown());
         out.push_str(
             "\nThroughput counts successful (complete, 200) invoices. Utilization latency is server side (the utilization service's own histogram, the study's figure); the study's absolute numbers come from a cluster in Azure, ours from the emulator's calibrated model: compare the shape (what each change does), not the values.\n",
         );

@@ -82,6 +82,9 @@ pub struct StageReport {
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
+    /// The knee at the latency objective (`loadtest capacity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::capacity::CapacityFigures>,
 }
 
 fn is_uniform(popularity: &dronelab_study::Popularity) -> bool {
@@ -139,6 +142,7 @@ impl StageReport {
             resource_series: Vec::new(),
             diagnosis: None,
             trace_links: None,
+            capacity: None,
         }
     }
 

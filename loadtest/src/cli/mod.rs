@@ -1,4 +1,4 @@
-//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `lab`, `compare`, `diagnose`, and the hidden `component`
+//! The command line: `seed`, `run`, `merge`, `up`, `tune`, `lab`, `capacity`, `compare`, `diagnose`, and the hidden `component`
 //! the local stack uses to start each service as its own process. One module per command
 //! that is not a library module of its own (`seed`, `tune`, `diagnose`).
 
@@ -41,6 +41,10 @@ pub enum Command {
     /// `loadtest/stages/antipatterns` (`--only <antipattern>,study`), ending with the
     /// confusion matrix of the problem each stage expects against the one diagnosed.
     Lab(Box<TuneArgs>),
+    /// Each stage's capacity at a latency objective: a calibration, the predicted knee,
+    /// then a bounded search of open-loop steps for the highest rate whose p99 stays
+    /// within `--slo-p99-ms` (the same as `tune --capacity`).
+    Capacity(Box<TuneArgs>),
     /// Combine the records of a run's shards (`run --shard i/N --record`) into one.
     Merge(merge::MergeArgs),
     /// Two runs' reports side by side: per stage and figure the difference and whether
@@ -99,6 +103,13 @@ pub async fn main(cli: Cli) -> std::process::ExitCode {
         }
         Command::Tune(args) => {
             init_logging();
+            if let Err(e) = crate::tune::tune(*args).await {
+                return fail(e);
+            }
+        }
+        Command::Capacity(mut args) => {
+            init_logging();
+            args.capacity.capacity = true;
             if let Err(e) = crate::tune::tune(*args).await {
                 return fail(e);
             }

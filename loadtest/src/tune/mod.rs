@@ -4,6 +4,7 @@
 //! load driven while Cosmos DB, the services and CPU are measured, the traces
 //! diagnosed), and writes the report.
 
+mod capacity;
 mod environment;
 mod lab;
 mod measure;
@@ -22,6 +23,8 @@ use environment::local::LocalStack;
 use environment::target::ExistingTarget;
 use environment::Environment;
 use stage::{run_stage, RunContext};
+
+pub use capacity::CapacityArgs;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
@@ -100,6 +103,8 @@ pub struct TuneArgs {
     /// Skip seeding (the deployment's data is already there).
     #[arg(long)]
     pub skip_seed: bool,
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
     #[command(flatten)]
     pub criteria: crate::criteria::CriteriaArgs,
     #[command(flatten)]
@@ -236,7 +241,19 @@ impl Run<'_> {
         let mut reports = Vec::new();
         for round in 1..=self.args.repeat {
             for stage in self.stages {
-                let mut report = run_stage(&mut environment, &context, stage).await?;
+                let mut report = if self.args.capacity.capacity {
+                    capacity::run_capacity(
+                        &mut environment,
+                        &context,
+                        stage,
+                        &self.args.capacity,
+                        self.args.profile,
+                        Some(self.model),
+                    )
+                    .await?
+                } else {
+                    run_stage(&mut environment, &context, stage).await?
+                };
                 report.name = repeat_name(&report.name, round);
                 reports.push(report);
             }
@@ -251,7 +268,11 @@ impl Run<'_> {
         );
         report.write(&self.dir, &self.args.reports)?;
         println!("{}", report.markdown_table());
-        for section in [report.lab_markdown(), report.spread_markdown()] {
+        for section in [
+            report.lab_markdown(),
+            report.spread_markdown(),
+            report.capacity_markdown(),
+        ] {
             if !section.is_empty() {
                 println!("{section}");
             }

@@ -30,7 +30,7 @@ pub struct RunContext {
 
 impl RunContext {
     /// The invoice requests of a stage, as popular as the stage says.
-    fn target(&self, stage: &Stage) -> Result<Target, TuneError> {
+    pub fn target(&self, stage: &Stage) -> Result<Target, TuneError> {
         let requests = OwnerMonths::new(routes::INVOICES.to_owned(), self.data, stage.popularity)
             .map_err(TuneError::Target)?;
         Ok(
@@ -47,21 +47,7 @@ pub async fn run_stage<E: Environment>(
     run: &RunContext,
     stage: &Stage,
 ) -> Result<StageReport, TuneError> {
-    eprintln!(
-        "\nstage {}: {} — {}",
-        stage.name,
-        describe(stage),
-        stage.description
-    );
-    let reach = environment.reach();
-    set_throughput(
-        &run.cosmos,
-        &reach.seed.cosmos.database,
-        stage.config.provisioned_ru_per_second,
-    )
-    .await?;
-    environment.apply_knobs(stage).await?;
-
+    prepare(environment, run, stage).await?;
     let container = Container::utilization(stage.config.use_partition_key).name();
     let cosmos = CosmosMeasurement::start(environment.reach(), &run.http, container).await;
     let resources = environment.sample_resources();
@@ -94,6 +80,29 @@ pub async fn run_stage<E: Environment>(
         diagnose_stage(api, window_start, window_end, &mut report).await;
     }
     Ok(report)
+}
+
+/// Announces `stage` and puts it in place: its RU/s through the Cosmos API, then its
+/// query and lab knobs.
+pub async fn prepare<E: Environment>(
+    environment: &mut E,
+    run: &RunContext,
+    stage: &Stage,
+) -> Result<(), TuneError> {
+    eprintln!(
+        "\nstage {}: {} — {}",
+        stage.name,
+        describe(stage),
+        stage.description
+    );
+    let reach = environment.reach();
+    set_throughput(
+        &run.cosmos,
+        &reach.seed.cosmos.database,
+        stage.config.provisioned_ru_per_second,
+    )
+    .await?;
+    environment.apply_knobs(stage).await
 }
 
 /// Sets the utilization containers' RU/s through the Cosmos API, as on Azure.

@@ -10,6 +10,7 @@
 //! - [`published`]: the study's own figures, set beside each measured stage.
 
 pub mod calibration;
+pub mod capacity;
 pub mod data;
 pub mod published;
 pub mod seed;

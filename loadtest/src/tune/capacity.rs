@@ -1,0 +1,537 @@
+//! `loadtest capacity` (`tune --capacity`): per stage, instead of the step load, a
+//! calibration at low load, the model's predicted knee (printed first), then the bounded
+//! search of open-loop steps for the highest rate whose p99 and error rate meet the
+//! objective, and what saturated at the step above it. The search and the model are
+//! `dronelab_study::capacity`'s; this module drives them and measures each step.
+
+use std::time::{Duration, Instant};
+
+use dronelab_contract::QueryParallelism;
+use dronelab_report::capacity::{CapacityFigures, CapacityStep};
+use dronelab_report::resources::{ResourceFigures, ResourceSample};
+use dronelab_report::{CosmosMeasured, StageReport};
+use dronelab_study::capacity::{CapacityModel, KneeSearch, Prediction, Resource};
+use dronelab_study::{RunProfile, Stage};
+use loadgen::{LoadSummary, Outcome, Profile, Target};
+
+use super::environment::{Environment, StageLoad};
+use super::measure::CosmosMeasurement;
+use super::stage::{prepare, RunContext};
+use super::TuneError;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapacityArgs {
+    /// Search each stage's knee at the latency objective instead of running its step
+    /// load (what `loadtest capacity` does).
+    #[arg(long)]
+    pub capacity: bool,
+    /// The objective: the end-to-end p99 (ms) a rate must keep to count. Azure
+    /// SignalR's guide uses 1000; the default is 2000 because the serial fan-out of
+    /// stages 1–2 alone takes about 1 s at any load here, so at 1000 they hold nothing.
+    #[arg(long, default_value_t = 2000.0, value_parser = objective_ms)]
+    pub slo_p99_ms: f64,
+    /// The most failed, shed or dropped requests a rate may have (`1%`, or `0.01`).
+    #[arg(long, default_value = "1%", value_parser = share)]
+    pub max_error_rate: f64,
+    /// Also say what each stage needs (RU/s; partitions with the emulator's model) to
+    /// hold this many requests per second within the objective.
+    #[arg(long)]
+    pub target_rps: Option<f64>,
+}
+
+fn objective_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if ms.is_finite() && (1.0..=600_000.0).contains(&ms) => Ok(ms),
+        _ => Err(format!("{s:?}: give the p99 objective in ms, 1 to 600000")),
+    }
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    let value = match s.strip_suffix('%') {
+        Some(percent) => percent.parse::<f64>().map(|p| p / 100.0),
+        None => s.parse::<f64>(),
+    };
+    match value {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give a share between 0% and 100%")),
+    }
+}
+
+/// The calibration's rate: low enough that nothing queues in any stage.
+const CALIBRATION_RPS: f64 = 2.0;
+/// The highest rate a search offers.
+const MAX_RPS: f64 = 5000.0;
+/// Requests the generator keeps in flight before it drops new ones (a dropped request
+/// counts as an error and marks the generator as the limit).
+const MAX_IN_FLIGHT: usize = 4000;
+/// Sends later than this (p99) mean the generator, not the stage, set the pace.
+const LATE_MS: f64 = 50.0;
+/// A share of 429s, 5xx answers or busy CPU from which that resource counts as
+/// saturated.
+const THROTTLED_SHARE: f64 = 0.01;
+const SHED_SHARE: f64 = 0.01;
+const CPU_SHARE: f64 = 0.85;
+/// A rate this close to the partitions' concurrency bound saturates them.
+const NEAR_BOUND: f64 = 0.8;
+
+/// Calibration, step and cap per profile (seconds). The cap holds the whole stage:
+/// its preparation, calibration and steps.
+fn timing(profile: RunProfile) -> (f64, f64, Duration) {
+    match profile {
+        RunProfile::Quick => (8.0, 8.0, Duration::from_secs(90)),
+        RunProfile::Default => (20.0, 30.0, Duration::from_secs(600)),
+        RunProfile::Study => (30.0, 60.0, Duration::from_secs(1500)),
+    }
+}
+
+/// One step's measurements.
+struct Measured {
+    summary: LoadSummary,
+    cosmos: CosmosMeasured,
+    resources: Result<(ResourceFigures, Vec<ResourceSample>), String>,
+}
+
+async fn measure<E: Environment>(
+    environment: &E,
+    run: &RunContext,
+    stage: &Stage,
+    target: &Target,
+    rate: f64,
+    secs: f64,
+) -> Result<Measured, TuneError> {
+    let container =
+        dronelab_contract::Container::utilization(stage.config.use_partition_key).name();
+    let cosmos = CosmosMeasurement::start(environment.reach(), &run.http, container).await;
+    let resources = environment.sample_resources();
+    let load = StageLoad {
+        stage,
+        target,
+        profile: Profile::Arrival {
+            rate_per_sec: rate,
+            duration_secs: secs,
+            max_in_flight: MAX_IN_FLIGHT,
+        },
+    };
+    let summary = environment.drive(&load).await?;
+    Ok(Measured {
+        resources: resources.finish().await,
+        cosmos: cosmos.finish().await,
+        summary,
+    })
+}
+
+fn step_of(rate: f64, m: &Measured, args: &CapacityArgs) -> CapacityStep {
+    let s = &m.summary;
+    let requests = s.requests.max(1) as f64;
+    let count = |o: Outcome| s.outcomes.get(&o).copied().unwrap_or(0);
+    let cosmos = &m.cosmos.cosmos;
+    let figures = m.resources.as_ref().ok().map(|(f, _)| f);
+    let cpu = figures.and_then(ResourceFigures::cpu_evidence);
+    let error_rate = if s.requests == 0 {
+        1.0
+    } else {
+        s.failed_requests as f64 / requests
+    };
+    let p99_ms = s.latency_ms.p99;
+    CapacityStep {
+        rate_rps: round(rate, 2),
+        achieved_rps: round(s.successful_requests as f64 / s.duration_secs.max(1e-9), 2),
+        p50_ms: s.latency_ms.p50,
+        p99_ms,
+        error_rate: round(error_rate, 4),
+        shed_share: round(
+            (count(Outcome::Http5xx) + count(Outcome::Partial)) as f64 / requests,
+            4,
+        ),
+        throttled_share: (cosmos.requests > 0)
+            .then(|| round(cosmos.throttled_requests as f64 / cosmos.requests as f64, 4)),
+        machine_cpu_share: figures.map(|f| f.machine_cpu_sustained_share),
+        hottest_thread: cpu.and_then(|c| c.hottest_thread),
+        send_late_p99_ms: s.send_lateness_ms.map_or(0.0, |l| l.p99),
+        dropped: count(Outcome::Dropped),
+        met: s.requests > 0 && p99_ms <= args.slo_p99_ms && error_rate <= args.max_error_rate,
+    }
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+/// What saturated at `step`, and the figures that show it, checked in order: the
+/// generator (then there is no knee of the stage to claim), the RU budget, CPU, the
+/// gateway's sheds, the partitions' concurrency (by the model's bound), else nothing
+/// but the stage's own latency.
+fn saturated(step: &CapacityStep, prediction: &Prediction) -> (Resource, String) {
+    if step.dropped > 0 || step.send_late_p99_ms > LATE_MS {
+        return (
+            Resource::LoadGenerator,
+            format!(
+                "sends late by {:.0} ms (p99), {} requests dropped: the generator's limit, not the stage's",
+                step.send_late_p99_ms, step.dropped
+            ),
+        );
+    }
+    if let Some(throttled) = step.throttled_share.filter(|t| *t >= THROTTLED_SHARE) {
+        return (
+            Resource::RuBudget,
+            format!("{:.1}% of the Cosmos requests were 429s", throttled * 100.0),
+        );
+    }
+    let thread = step
+        .hottest_thread
+        .as_ref()
+        .filter(|(_, t)| *t >= CPU_SHARE);
+    let machine = step.machine_cpu_share.filter(|m| *m >= CPU_SHARE);
+    if thread.is_some() || machine.is_some() {
+        let text = match (thread, machine) {
+            (Some((component, share)), _) => {
+                format!("a thread of {component} at {:.0}% of a core", share * 100.0)
+            }
+            (None, Some(m)) => format!("the machine {:.0}% busy", m * 100.0),
+            (None, None) => String::new(),
+        };
+        return (Resource::Cpu, text);
+    }
+    if step.shed_share >= SHED_SHARE {
+        return (
+            Resource::GatewayConcurrency,
+            format!(
+                "{:.1}% of the invoices shed (503) or cut short (partial)",
+                step.shed_share * 100.0
+            ),
+        );
+    }
+    let slots = prediction
+        .bounds
+        .iter()
+        .find(|b| b.resource == Resource::PartitionConcurrency);
+    if let Some(bound) = slots.filter(|b| step.rate_rps >= NEAR_BOUND * b.rps) {
+        return (
+            Resource::PartitionConcurrency,
+            format!(
+                "{:.1} req/s is {:.0}% of the partitions' concurrency bound ({:.1} req/s), no 429s",
+                step.rate_rps,
+                step.rate_rps / bound.rps * 100.0,
+                bound.rps
+            ),
+        );
+    }
+    (
+        Resource::LatencyObjective,
+        format!("p99 {:.0} ms with no resource saturated", step.p99_ms),
+    )
+}
+
+/// The model of `stage` from its calibration.
+fn model_of(
+    stage: &Stage,
+    calibration: &Measured,
+    args: &CapacityArgs,
+    emulator: Option<dronelab_study::EmulatorModel>,
+) -> CapacityModel {
+    CapacityModel {
+        provisioned_ru_per_second: stage.config.provisioned_ru_per_second as f64,
+        partitions: usize::from(stage.config.partitions),
+        ru_per_operation: calibration.cosmos.cosmos.ru_per_operation,
+        calls_per_operation: calibration.cosmos.cosmos.calls_per_operation,
+        p99_ms: calibration.summary.latency_ms.p99,
+        mean_ms: calibration.summary.latency_ms.avg,
+        serial_visits: stage.config.query_parallelism == QueryParallelism::Serial,
+        gateway_concurrency: u32::try_from(gateway::BACKEND_LIMIT_FLOOR).ok(),
+        emulator,
+        slo_p99_ms: args.slo_p99_ms,
+    }
+}
+
+fn print_prediction(model: &CapacityModel, prediction: &Prediction) {
+    eprintln!(
+        "  calibration at {CALIBRATION_RPS} req/s: p99 {:.0} ms, {:.1} RU and {:.2} calls per operation",
+        model.p99_ms, model.ru_per_operation, model.calls_per_operation
+    );
+    let bounds: Vec<String> = prediction
+        .bounds
+        .iter()
+        .map(|b| format!("{} {:.1}", b.resource.describe(), b.rps))
+        .collect();
+    eprintln!(
+        "  predicted knee {:.1} req/s ({:.0}% of the lowest bound), limited by {} (bounds, req/s: {})",
+        prediction.knee_rps,
+        prediction.utilisation_at_knee * 100.0,
+        prediction.limited_by.describe(),
+        bounds.join(", "),
+    );
+}
+
+fn print_step(step: &CapacityStep) {
+    eprintln!(
+        "  {:>7.1} req/s offered: {:.1} complete/s, p99 {:.0} ms, errors {:.1}%{} — {}",
+        step.rate_rps,
+        step.achieved_rps,
+        step.p99_ms,
+        step.error_rate * 100.0,
+        step.throttled_share
+            .map_or(String::new(), |t| format!(", 429s {:.1}%", t * 100.0)),
+        if step.met { "met" } else { "missed" }
+    );
+}
+
+/// One stage's search: where it runs and how long it may take.
+struct Search<'a> {
+    run: &'a RunContext,
+    stage: &'a Stage,
+    args: &'a CapacityArgs,
+    target: Target,
+    step_secs: f64,
+    started: Instant,
+    cap: Duration,
+}
+
+/// What the steps found.
+struct Searched {
+    search: KneeSearch,
+    steps: Vec<CapacityStep>,
+    /// The measurements of the step at the knee.
+    knee: Option<Measured>,
+    capped: bool,
+}
+
+impl Search<'_> {
+    /// Runs the open-loop steps from `start` until the bracket is narrow, the steps run
+    /// out, or the next step could end past the cap.
+    async fn steps<E: Environment>(
+        &self,
+        environment: &E,
+        start: f64,
+    ) -> Result<Searched, TuneError> {
+        let longest_step = Duration::from_secs_f64(self.step_secs) + self.target.timeout;
+        let mut found = Searched {
+            search: KneeSearch::new(start, MAX_RPS),
+            steps: Vec::new(),
+            knee: None,
+            capped: false,
+        };
+        while let Some(rate) = found.search.next() {
+            if self.started.elapsed() + longest_step > self.cap {
+                found.capped = true;
+                break;
+            }
+            let measured = measure(
+                environment,
+                self.run,
+                self.stage,
+                &self.target,
+                rate,
+                self.step_secs,
+            )
+            .await?;
+            let step = step_of(rate, &measured, self.args);
+            print_step(&step);
+            found.search.record(rate, step.met);
+            if step.met && found.search.bracket().0 == Some(rate) {
+                found.knee = Some(measured);
+            }
+            found.steps.push(step);
+        }
+        Ok(found)
+    }
+
+    /// The stage's capacity figures from what the steps found.
+    fn figures(
+        &self,
+        model: &CapacityModel,
+        prediction: Prediction,
+        found: &mut Searched,
+    ) -> CapacityFigures {
+        let (met, missed) = found.search.bracket();
+        let find = |rate: Option<f64>| {
+            rate.and_then(|r| {
+                found
+                    .steps
+                    .iter()
+                    .find(|s| s.rate_rps == round(r, 2))
+                    .cloned()
+            })
+        };
+        let (at_knee, step_above) = (find(met), find(missed));
+        let (saturated, saturated_evidence) = match (&step_above, &at_knee) {
+            (Some(above), _) => saturated(above, &prediction),
+            (None, Some(_)) => (
+                Resource::LoadGenerator,
+                format!("every step met the objective up to {MAX_RPS} req/s, the search's ceiling"),
+            ),
+            (None, None) => (Resource::LatencyObjective, "no step ran".into()),
+        };
+        CapacityFigures {
+            slo_p99_ms: self.args.slo_p99_ms,
+            max_error_rate: self.args.max_error_rate,
+            max_rps_within_slo: met.map(|r| round(r, 2)),
+            at_knee,
+            step_above,
+            saturated,
+            saturated_evidence,
+            predicted_knee_rps: round(prediction.knee_rps, 2),
+            relative_error: met
+                .filter(|m| *m > 0.0)
+                .map(|m| round((prediction.knee_rps - m) / m, 3)),
+            predicted: prediction,
+            capped: found.capped,
+            elapsed_secs: round(self.started.elapsed().as_secs_f64(), 1),
+            cap_secs: self.cap.as_secs_f64(),
+            steps: std::mem::take(&mut found.steps),
+            plan: self.args.target_rps.map(|n| model.plan(n)),
+        }
+    }
+}
+
+/// Searches `stage`'s knee in `environment` and returns its report: the figures of the
+/// step at the knee (the calibration's when no step met the objective) and `capacity`.
+pub(super) async fn run_capacity<E: Environment>(
+    environment: &mut E,
+    run: &RunContext,
+    stage: &Stage,
+    args: &CapacityArgs,
+    profile: RunProfile,
+    emulator: Option<dronelab_study::EmulatorModel>,
+) -> Result<StageReport, TuneError> {
+    let started = Instant::now();
+    prepare(environment, run, stage).await?;
+    let (calibration_secs, step_secs, cap) = timing(profile);
+    let mut target = run.target(stage)?;
+    // A request this slow has missed the objective anyway; waiting longer for it would
+    // only stretch the step past the cap.
+    target.timeout = Duration::from_secs_f64((2.0 * args.slo_p99_ms / 1000.0).clamp(5.0, 60.0));
+    let calibration = measure(
+        environment,
+        run,
+        stage,
+        &target,
+        CALIBRATION_RPS,
+        calibration_secs,
+    )
+    .await?;
+    let emulator = environment.reach().emulator.as_ref().and(emulator);
+    let model = model_of(stage, &calibration, args, emulator);
+    let prediction = model.predict();
+    print_prediction(&model, &prediction);
+
+    let search = Search {
+        run,
+        stage,
+        args,
+        target,
+        step_secs,
+        started,
+        cap,
+    };
+    let start = if prediction.knee_rps > 0.0 {
+        prediction.knee_rps / 2.0
+    } else {
+        CALIBRATION_RPS
+    };
+    let mut found = search.steps(environment, start).await?;
+    let figures = search.figures(&model, prediction, &mut found);
+    eprintln!(
+        "  knee {} req/s (predicted {:.1}) in {:.0} s; saturated: {} — {}",
+        figures
+            .max_rps_within_slo
+            .map_or("none".into(), |m| format!("{m:.1}")),
+        figures.predicted_knee_rps,
+        figures.elapsed_secs,
+        figures.saturated.describe(),
+        figures.saturated_evidence
+    );
+    let shown = found.knee.unwrap_or(calibration);
+    let mut report = StageReport::new(stage, &shown.summary, shown.cosmos);
+    match shown.resources {
+        Ok((resources, series)) => {
+            report.resources = Some(resources);
+            report.resource_series = series;
+        }
+        Err(reason) => report.resources_unavailable = Some(reason),
+    }
+    report.capacity = Some(figures);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dronelab_study::capacity::Bound;
+
+    fn step(rate: f64) -> CapacityStep {
+        CapacityStep {
+            rate_rps: rate,
+            achieved_rps: rate,
+            p50_ms: 100.0,
+            p99_ms: 1500.0,
+            error_rate: 0.0,
+            shed_share: 0.0,
+            throttled_share: Some(0.0),
+            machine_cpu_share: Some(0.3),
+            hottest_thread: Some(("cosmos-emulator".into(), 0.2)),
+            send_late_p99_ms: 1.0,
+            dropped: 0,
+            met: false,
+        }
+    }
+
+    fn prediction(slots: f64) -> Prediction {
+        Prediction {
+            bounds: vec![Bound {
+                resource: Resource::PartitionConcurrency,
+                rps: slots,
+            }],
+            utilisation_at_knee: 0.8,
+            knee_rps: slots * 0.8,
+            limited_by: Resource::PartitionConcurrency,
+        }
+    }
+
+    #[test]
+    fn the_first_saturated_resource_is_named_in_order() {
+        let p = prediction(600.0);
+        let named = |s: CapacityStep| saturated(&s, &p).0;
+        assert_eq!(named(step(100.0)), Resource::LatencyObjective);
+        assert_eq!(named(step(500.0)), Resource::PartitionConcurrency);
+        assert_eq!(
+            named(CapacityStep {
+                throttled_share: Some(0.05),
+                ..step(500.0)
+            }),
+            Resource::RuBudget
+        );
+        assert_eq!(
+            named(CapacityStep {
+                hottest_thread: Some(("gateway".into(), 0.9)),
+                ..step(100.0)
+            }),
+            Resource::Cpu
+        );
+        assert_eq!(
+            named(CapacityStep {
+                shed_share: 0.02,
+                ..step(100.0)
+            }),
+            Resource::GatewayConcurrency
+        );
+        // A late generator goes first: its step says nothing about the stage.
+        let late = CapacityStep {
+            send_late_p99_ms: 80.0,
+            throttled_share: Some(0.05),
+            ..step(100.0)
+        };
+        let (resource, evidence) = saturated(&late, &p);
+        assert_eq!(resource, Resource::LoadGenerator);
+        assert!(evidence.contains("generator's limit"), "{evidence}");
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        assert_eq!(share("1%"), Ok(0.01));
+        assert_eq!(share("0.05"), Ok(0.05));
+        assert!(share("150%").is_err());
+        assert!(objective_ms("0").is_err());
+        assert_eq!(objective_ms("250"), Ok(250.0));
+    }
+}
