@@ -58,6 +58,11 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
     );
     for stage in stages {
         assert!(stage.successful_requests > 0, "{}", stage.name);
+        // Every service's spans were counted, and all of them reached the viewer.
+        let spans = stage.spans.as_ref().expect("span counters read");
+        assert_eq!(spans.services.len(), 4, "{spans:?}");
+        assert!(spans.ended() > 4 * stage.successful_requests, "{spans:?}");
+        assert_eq!(spans.lost(), 0, "{}: {spans:?}", stage.name);
         assert_eq!(
             stage.requests,
             stage.successful_requests + stage.failed_requests

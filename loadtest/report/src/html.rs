@@ -237,6 +237,13 @@ fn diagnosis(stage: &StageReport) -> String {
             );
         }
     }
+    if let Some(warning) = stage.spans.as_ref().and_then(|s| s.warning()) {
+        let _ = write!(
+            out,
+            "<div class='finding'><b>Spans lost</b> — {}</div>",
+            escape(&warning)
+        );
+    }
     let links = stage.link_list();
     if !links.is_empty() {
         let links: Vec<String> = links

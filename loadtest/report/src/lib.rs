@@ -9,6 +9,7 @@
 //! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
 //! - [`compare`]: two runs side by side, each difference tested against noise;
 //! - [`capacity`]: each stage's knee at the latency objective, measured and predicted;
+//! - [`spans`]: whether a stage's spans reached the trace store;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
 pub mod capacity;
@@ -19,6 +20,7 @@ pub mod lab;
 mod markdown;
 pub mod model;
 pub mod resources;
+pub mod spans;
 mod svg;
 
 use std::path::Path;

@@ -130,6 +130,9 @@ impl StageReport {
                 );
             }
         }
+        if let Some(warning) = self.spans.as_ref().and_then(|s| s.warning()) {
+            let _ = writeln!(out, "- **spans lost**: {warning}");
+        }
         let links = self.link_list();
         if !links.is_empty() {
             let links: Vec<String> = links

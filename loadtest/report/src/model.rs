@@ -82,6 +82,10 @@ pub struct StageReport {
     /// What the stage's traces say (absent when no trace API was reachable).
     pub diagnosis: Option<trace_analysis::diagnosis::Diagnosis>,
     pub trace_links: Option<trace_analysis::diagnosis::TraceLinks>,
+    /// Each service's spans over the stage: made, exported, dropped (absent where the
+    /// services' `/metrics` were not reachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spans: Option<crate::spans::SpanDelivery>,
     /// The knee at the latency objective (`loadtest capacity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<crate::capacity::CapacityFigures>,
@@ -142,6 +146,7 @@ impl StageReport {
             resource_series: Vec::new(),
             diagnosis: None,
             trace_links: None,
+            spans: None,
             capacity: None,
         }
     }

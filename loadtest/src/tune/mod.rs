@@ -8,6 +8,7 @@ mod capacity;
 mod environment;
 mod lab;
 mod measure;
+mod spans;
 mod stage;
 
 use std::path::PathBuf;

@@ -14,6 +14,7 @@ use trace_analysis::client::{self, TraceApi, TraceWindow};
 
 use super::environment::{Environment, StageLoad};
 use super::measure::CosmosMeasurement;
+use super::spans::SpanScrape;
 use super::TuneError;
 use crate::diagnose;
 use dronelab_report::StageReport;
@@ -50,6 +51,7 @@ pub async fn run_stage<E: Environment>(
     prepare(environment, run, stage).await?;
     let container = Container::utilization(stage.config.use_partition_key).name();
     let cosmos = CosmosMeasurement::start(environment.reach(), &run.http, container).await;
+    let spans_before = SpanScrape::take(&run.http, &environment.reach().spans).await;
     let resources = environment.sample_resources();
     let window_start = unix_micros();
     let target = run.target(stage)?;
@@ -76,6 +78,13 @@ pub async fn run_stage<E: Environment>(
         }
     }
     eprintln!("  {}", report.one_line());
+    tokio::time::sleep(SPAN_FLUSH_WAIT).await;
+    report.spans = SpanScrape::take(&run.http, &environment.reach().spans)
+        .await
+        .since(&spans_before);
+    if let Some(warning) = report.spans.as_ref().and_then(|s| s.warning()) {
+        eprintln!("  spans lost: {warning}");
+    }
     if let Some(api) = &environment.reach().traces {
         diagnose_stage(api, window_start, window_end, &mut report).await;
     }
@@ -128,7 +137,7 @@ async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Resul
 /// Traces read per stage for its diagnosis (the newest of the stage).
 const TRACES_PER_DIAGNOSIS: u32 = 300;
 /// The local stack's services flush spans every second (`OTEL_BSP_SCHEDULE_DELAY`); the
-/// stage's last traces are complete in the viewer after this.
+/// stage's last traces are complete in the viewer, and counted as exported, after this.
 const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 
 /// Reads the stage's invoice traces back, prints the verdict and the links, and puts
@@ -142,7 +151,6 @@ async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut
         lookback: None,
         limit: TRACES_PER_DIAGNOSIS,
     };
-    tokio::time::sleep(SPAN_FLUSH_WAIT).await;
     match client::diagnose_window(api, &window).await {
         Ok((mut diagnosis, links)) => {
             if let Some(cpu) = report.resources.as_ref().and_then(|r| r.cpu_evidence()) {

@@ -57,6 +57,15 @@ impl LocalStack {
             emulator: Some(emulator),
             traces: args.traces_api.clone().or(viewer).map(TraceApi::new),
             utilization: stack.url(Service::Utilization.name()).cloned(),
+            spans: [
+                Service::Gateway,
+                Service::Delivery,
+                Service::Package,
+                Service::Utilization,
+            ]
+            .into_iter()
+            .filter_map(|s| Some((s.name().to_owned(), stack.url(s.name())?.clone())))
+            .collect(),
         };
         Ok(Self {
             stack,

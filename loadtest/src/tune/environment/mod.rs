@@ -11,6 +11,7 @@ pub mod target;
 
 use std::time::Duration;
 
+use dronelab_contract::Service;
 use dronelab_report::resources::{ResourceFigures, ResourceSample};
 use dronelab_study::{SeedArgs, Stage};
 use loadgen::{LoadSummary, Profile, Target};
@@ -33,6 +34,8 @@ pub struct Reach {
     pub traces: Option<TraceApi>,
     /// utilization-service, for its `/metrics`.
     pub utilization: Option<url::Url>,
+    /// The services whose span counters (`/metrics`) say whether their spans arrived.
+    pub spans: super::spans::SpanSources,
 }
 
 /// One stage's load: the profile, at the target, labelled for progress.
@@ -120,10 +123,17 @@ async fn reach_existing(gateway: url::Url, args: &TuneArgs) -> Result<Reach, Tun
         crate::emulator::seed(emulator.as_ref(), &seed).await?;
     }
     Ok(Reach {
-        gateway,
         seed,
         emulator,
         traces: args.traces_api.clone().map(TraceApi::new),
+        spans: [
+            (Service::Gateway, Some(&gateway)),
+            (Service::Utilization, args.utilization_url.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(service, url)| Some((service.name().to_owned(), url?.clone())))
+        .collect(),
         utilization: args.utilization_url.clone(),
+        gateway,
     })
 }

@@ -107,6 +107,12 @@ pub mod metric {
         "cosmos_emulator_provisioned_request_units_per_second";
     pub const EMULATOR_DOCUMENTS: &str = "cosmos_emulator_documents";
     pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";
+    /// Spans the service ended, and what became of them: exported, dropped (the export
+    /// queue was full) or lost in a failed export.
+    pub const OTEL_SPANS_ENDED: &str = "otel_spans_ended_total";
+    pub const OTEL_SPANS_EXPORTED: &str = "otel_spans_exported_total";
+    pub const OTEL_SPANS_DROPPED: &str = "otel_spans_dropped_total";
+    pub const OTEL_SPANS_EXPORT_FAILED: &str = "otel_spans_export_failed_total";
     pub const PROCESS_RESIDENT_MEMORY: &str = "process_resident_memory_bytes";
 
     /// A counter's name as registered with prometheus-client, which adds `_total`.

@@ -7,6 +7,7 @@ pub mod client;
 pub mod metrics;
 pub mod problem;
 pub mod server;
+pub mod span_batch;
 pub mod telemetry;
 
 pub use problem::Problem;

@@ -43,6 +43,7 @@ impl Instrumentation {
     pub fn new(telemetry: Telemetry) -> Self {
         let metrics = MetricsRegistry::default();
         let http = HttpServerMetrics::register(&metrics);
+        telemetry.span_counts().register(&metrics);
         Self {
             telemetry,
             metrics,

@@ -15,6 +15,8 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
 
+use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
+
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
 const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
 
@@ -40,6 +42,7 @@ pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
     dispatch: tracing::Dispatch,
     propagator: Arc<TraceContextPropagator>,
+    spans: SpanCounts,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -139,11 +142,14 @@ impl Telemetry {
                     .build()?
             }
         };
+        let spans = SpanCounts::default();
+        let processor =
+            CountingBatchProcessor::new(exporter, BatchSettings::from_env(), spans.clone());
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
-            .with_batch_exporter(exporter)
+            .with_span_processor(processor)
             .build();
-        Ok(Self::from_provider(provider, scope_name))
+        Ok(Self::from_provider(provider, scope_name, spans))
     }
 
     /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).
@@ -159,7 +165,7 @@ impl Telemetry {
             )
             .with_simple_exporter(exporter)
             .build();
-        Self::from_provider(provider, service_name)
+        Self::from_provider(provider, service_name, SpanCounts::default())
     }
 
     /// No spans at all (`OTEL_SDK_DISABLED=true`).
@@ -169,17 +175,25 @@ impl Telemetry {
             provider: None,
             dispatch: dispatch(None),
             propagator: Arc::new(TraceContextPropagator::new()),
+            spans: SpanCounts::default(),
         }
     }
 
-    fn from_provider(provider: SdkTracerProvider, service_name: &str) -> Self {
+    fn from_provider(provider: SdkTracerProvider, service_name: &str, spans: SpanCounts) -> Self {
         let tracer = provider.tracer(service_name.to_owned());
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             provider: Some(provider),
             dispatch: dispatch(Some(tracer)),
             propagator: Arc::new(TraceContextPropagator::new()),
+            spans,
         }
+    }
+
+    /// What became of the spans this service ended (batched exports only; all zero
+    /// otherwise).
+    pub fn span_counts(&self) -> &SpanCounts {
+        &self.spans
     }
 
     /// Where this service's `tracing` spans and events go: its log lines (`RUST_LOG`,
