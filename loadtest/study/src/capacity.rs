@@ -395,7 +395,9 @@ impl CapacityModel {
         let partitions_bound = bounds
             .iter()
             .find(|b| b.resource != Resource::GatewayConcurrency);
-        let Some(lowest) = partitions_bound.or(bounds.first()).copied() else {
+        let lowest = partitions_bound.or(bounds.first()).copied();
+        let Some(lowest) = lowest.filter(|_| self.p99_ms < self.slo_p99_ms) else {
+            // Nothing bounds it, or no rate meets the objective.
             return Prediction {
                 bounds,
                 utilisation_at_knee: 0.0,
@@ -403,14 +405,6 @@ impl CapacityModel {
                 limited_by: Resource::LatencyObjective,
             };
         };
-        if self.p99_ms >= self.slo_p99_ms {
-            return Prediction {
-                bounds,
-                utilisation_at_knee: 0.0,
-                knee_rps: 0.0,
-                limited_by: Resource::LatencyObjective,
-            };
-        }
         let (mut met, mut missed) = (0.0, lowest.rps);
         for _ in 0..60 {
             let rate = (met + missed) / 2.0;
