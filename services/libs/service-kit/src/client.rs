@@ -1,4 +1,4 @@
-//! [`TracedClient`]: the gateway's calls to its backends, hyper's pooled client with
+//! [`TracedClient`]: the gateway's calls to its backends, hyper's HTTP/1.1 connections with
 //! nothing in between, each request a client span carrying the W3C trace context.
 //!
 //! The gateway makes three calls per invoice; reqwest's per-request layers (URL parsing
@@ -9,12 +9,11 @@
 
 use std::time::Duration;
 
-use axum::http::{Request, Uri};
+use axum::http::header::HOST;
+use axum::http::uri::{Authority, PathAndQuery, Scheme};
+use axum::http::{HeaderValue, Request, Uri};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 
@@ -22,17 +21,21 @@ use dronelab_contract::telemetry::attribute;
 
 use crate::telemetry::Telemetry;
 
-/// A pooled HTTP/1.1 client for bodiless GETs.
-#[derive(Clone, Debug)]
+mod connections;
+
+use connections::{ConnectError, ConnectionSet};
+
+/// A keep-alive HTTP/1.1 client for bodiless GETs to `http://` origins.
+#[derive(Debug)]
 struct HttpClient {
-    http: Client<HttpConnector, Empty<Bytes>>,
+    connections: ConnectionSet,
     max_body_bytes: usize,
 }
 
 /// [`HttpClient`] whose requests are client spans of `telemetry`.
 #[derive(Clone, Debug)]
 pub struct TracedClient {
-    http: HttpClient,
+    http: std::sync::Arc<HttpClient>,
     telemetry: Telemetry,
 }
 
@@ -43,7 +46,7 @@ pub enum CallOutcome {
         status: u16,
         body: Bytes,
     },
-    /// The connection could not be made (refused, reset before any response).
+    /// The connection could not be made (refused, unreachable, not within 2 s).
     ConnectFailed(String),
     TimedOut,
     Failed(String),
@@ -62,50 +65,85 @@ pub fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 impl HttpClient {
-    /// Keep-alive connections (at most `pool_per_host` idle per host) are reused across
-    /// requests, and closed after 20 s idle: before a dronelab server closes them (30 s,
-    /// `lifecycle::http`), so a request never races the server's close.
+    /// Keep-alive connections (at most `pool_per_host` idle per origin) are reused
+    /// across requests, and closed after 20 s idle: before a dronelab server closes them
+    /// (30 s, `lifecycle::http`), so a request never races the server's close.
     fn new(pool_per_host: usize, max_body_bytes: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(2)));
-        let http = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(pool_per_host)
-            .pool_idle_timeout(Duration::from_secs(20))
-            .pool_timer(TokioTimer::new())
-            .build(connector);
         Self {
-            http,
+            connections: ConnectionSet::new(
+                pool_per_host,
+                Duration::from_secs(20),
+                Duration::from_secs(2),
+            ),
             max_body_bytes,
         }
     }
 
-    async fn send(&self, request: Request<Empty<Bytes>>, timeout: Duration) -> CallOutcome {
-        let call = async {
-            let response = self.http.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    CallOutcome::ConnectFailed(describe(&e))
-                } else {
-                    CallOutcome::Failed(describe(&e))
-                }
-            })?;
-            let status = response.status().as_u16();
-            let body = Limited::new(response.into_body(), self.max_body_bytes)
-                .collect()
-                .await
-                .map_err(|e| {
-                    CallOutcome::Failed(if e.is::<http_body_util::LengthLimitError>() {
-                        format!("the answer is larger than {} bytes", self.max_body_bytes)
-                    } else {
-                        describe(e.as_ref())
-                    })
-                })?
-                .to_bytes();
-            Ok(CallOutcome::Response { status, body })
+    /// Sends `request` (an absolute `http://` URI) and reads its answer, all within
+    /// `timeout`.
+    async fn send(&self, mut request: Request<Empty<Bytes>>, timeout: Duration) -> CallOutcome {
+        let uri = request.uri();
+        let origin = match (uri.scheme(), uri.authority()) {
+            (Some(scheme), Some(origin)) if *scheme == Scheme::HTTP => origin.clone(),
+            _ => return CallOutcome::Failed(format!("not an http:// URI: {uri}")),
         };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(outcome) | Err(outcome)) => outcome,
+        // On the wire: the path and query, and the origin in `Host`.
+        let target = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        *request.uri_mut() = Uri::from(target);
+        match HeaderValue::from_str(origin.as_str()) {
+            Ok(host) => request.headers_mut().insert(HOST, host),
+            Err(e) => return CallOutcome::Failed(format!("bad host {origin}: {e}")),
+        };
+        match tokio::time::timeout(timeout, self.exchange(&origin, request)).await {
+            Ok(outcome) => outcome,
             Err(_) => CallOutcome::TimedOut,
+        }
+    }
+
+    /// One request and its answer on a connection borrowed from the set, which gets it
+    /// back only once the answer's body has been read to the end.
+    async fn exchange(
+        &self,
+        origin: &Authority,
+        mut request: Request<Empty<Bytes>>,
+    ) -> CallOutcome {
+        loop {
+            let (mut connection, reused) = match self.connections.checkout(origin).await {
+                Ok(checked_out) => checked_out,
+                Err(ConnectError::Connect(e)) => return CallOutcome::ConnectFailed(e),
+                Err(ConnectError::Handshake(e)) => return CallOutcome::Failed(e),
+            };
+            let sending = connection.sender.try_send_request(request);
+            let response = match connection.drive(sending).await {
+                Ok(response) => response,
+                Err(mut e) => match e.take_message() {
+                    // A reused connection the peer closed before the request went out:
+                    // nothing was sent, so it goes again on another one.
+                    Some(unsent) if reused => {
+                        request = unsent;
+                        continue;
+                    }
+                    _ => return CallOutcome::Failed(describe(e.error())),
+                },
+            };
+            let status = response.status().as_u16();
+            let reading = Limited::new(response.into_body(), self.max_body_bytes).collect();
+            return match connection.drive(reading).await {
+                Ok(body) => {
+                    self.connections.release(origin, connection);
+                    CallOutcome::Response {
+                        status,
+                        body: body.to_bytes(),
+                    }
+                }
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => CallOutcome::Failed(
+                    format!("the answer is larger than {} bytes", self.max_body_bytes),
+                ),
+                Err(e) => CallOutcome::Failed(describe(e.as_ref())),
+            };
         }
     }
 }
@@ -115,7 +153,7 @@ impl TracedClient {
     /// idle) are reused across requests; a body beyond `max_body_bytes` fails the call.
     pub fn new(telemetry: Telemetry, pool_per_host: usize, max_body_bytes: usize) -> Self {
         Self {
-            http: HttpClient::new(pool_per_host, max_body_bytes),
+            http: std::sync::Arc::new(HttpClient::new(pool_per_host, max_body_bytes)),
             telemetry,
         }
     }
