@@ -146,7 +146,7 @@ impl std::fmt::Debug for Queued {
 
 impl CountingBatchProcessor {
     /// Starts the export thread. Must run where `exporter` can export from a plain
-    /// thread (the OTLP exporters can, as with the SDK's batch processor).
+    /// thread (the OTLP/HTTP exporter's blocking client can, as can the in-memory one).
     pub fn new<E: SpanExporter + 'static>(
         exporter: E,
         settings: BatchSettings,
@@ -157,8 +157,72 @@ impl CountingBatchProcessor {
         let exported = counts.clone();
         let worker = std::thread::Builder::new()
             .name("span-export".into())
-            .spawn(move || export_loop(exporter, queue, inbox, settings, exported))
+            .spawn(move || {
+                export_loop(exporter, &Executor::Plain, queue, inbox, settings, exported)
+            })
             .ok();
+        Self::running(spans, control, counts, worker)
+    }
+
+    /// Starts the export thread with a Tokio runtime of its own, in which it builds its
+    /// exporter with `make_exporter`. An exporter whose client runs as tasks of the
+    /// runtime it was built in (OTLP/gRPC's tonic channel and its HTTP/2 connection) then
+    /// does its network work on this thread too, rather than on the service's workers,
+    /// which under load would serve requests first and let the queue overflow.
+    pub fn on_own_runtime<E, X, F>(
+        make_exporter: F,
+        settings: BatchSettings,
+        counts: SpanCounts,
+    ) -> Result<Self, X>
+    where
+        E: SpanExporter + 'static,
+        X: From<std::io::Error> + Send + 'static,
+        F: FnOnce() -> Result<E, X> + Send + 'static,
+    {
+        let (spans, queue) = mpsc::sync_channel(settings.max_queue_size);
+        let (control, inbox) = mpsc::channel();
+        let (started, startup) = mpsc::sync_channel::<Result<(), X>>(1);
+        let exported = counts.clone();
+        let worker = std::thread::Builder::new()
+            .name("span-export".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                let built = runtime.map_err(X::from).and_then(|runtime| {
+                    let exporter = {
+                        let _inside = runtime.enter();
+                        make_exporter()?
+                    };
+                    Ok((runtime, exporter))
+                });
+                match built {
+                    Ok((runtime, exporter)) => {
+                        let _ = started.send(Ok(()));
+                        let executor = Executor::Runtime(runtime);
+                        export_loop(exporter, &executor, queue, inbox, settings, exported);
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                    }
+                }
+            })?;
+        // Building a client takes microseconds, once at startup.
+        match startup.recv() {
+            Ok(Ok(())) => Ok(Self::running(spans, control, counts, Some(worker))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(X::from(std::io::Error::other(
+                "the span export thread ended while starting",
+            ))),
+        }
+    }
+
+    fn running(
+        spans: SyncSender<Queued>,
+        control: mpsc::Sender<Control>,
+        counts: SpanCounts,
+        worker: Option<JoinHandle<()>>,
+    ) -> Self {
         Self {
             spans,
             control: Mutex::new(control),
@@ -228,6 +292,7 @@ impl SpanProcessor for CountingBatchProcessor {
 /// messages are served between spans (a `Wake` in the queue makes that prompt).
 fn export_loop<E: SpanExporter>(
     mut exporter: E,
+    executor: &Executor,
     queue: Receiver<Queued>,
     inbox: Receiver<Control>,
     settings: BatchSettings,
@@ -241,10 +306,13 @@ fn export_loop<E: SpanExporter>(
             match message {
                 Control::Resource(resource) => exporter.set_resource(&resource),
                 Control::Flush(reply) => {
-                    let _ = reply.send(drain(&exporter, &queue, &mut batch, &settings, &counts));
+                    let _ = reply.send(drain(
+                        &exporter, executor, &queue, &mut batch, &settings, &counts,
+                    ));
                 }
                 Control::Shutdown(reply) => {
-                    let flushed = drain(&exporter, &queue, &mut batch, &settings, &counts);
+                    let flushed =
+                        drain(&exporter, executor, &queue, &mut batch, &settings, &counts);
                     let _ = reply.send(flushed.and(exporter.shutdown()));
                     return;
                 }
@@ -255,17 +323,17 @@ fn export_loop<E: SpanExporter>(
             Ok(Queued::Span(span)) => {
                 batch.push(span);
                 if batch.len() >= settings.max_export_batch_size {
-                    let _ = export(&exporter, &mut batch, &counts);
+                    let _ = export(&exporter, executor, &mut batch, &counts);
                 }
             }
             Ok(Queued::Wake) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
-                let _ = export(&exporter, &mut batch, &counts);
+                let _ = export(&exporter, executor, &mut batch, &counts);
                 return;
             }
         }
         if Instant::now() >= deadline {
-            let _ = export(&exporter, &mut batch, &counts);
+            let _ = export(&exporter, executor, &mut batch, &counts);
             deadline = Instant::now() + settings.schedule_delay;
         }
     }
@@ -274,6 +342,7 @@ fn export_loop<E: SpanExporter>(
 /// Exports everything queued so far, batch by batch.
 fn drain<E: SpanExporter>(
     exporter: &E,
+    executor: &Executor,
     queue: &Receiver<Queued>,
     batch: &mut Vec<SpanData>,
     settings: &BatchSettings,
@@ -284,15 +353,31 @@ fn drain<E: SpanExporter>(
         if let Queued::Span(span) = queued {
             batch.push(span);
             if batch.len() >= settings.max_export_batch_size {
-                result = result.and(export(exporter, batch, counts));
+                result = result.and(export(exporter, executor, batch, counts));
             }
         }
     }
-    result.and(export(exporter, batch, counts))
+    result.and(export(exporter, executor, batch, counts))
+}
+
+/// Where an export's future runs: the export thread's own runtime, or simply blocked on.
+enum Executor {
+    Runtime(tokio::runtime::Runtime),
+    Plain,
+}
+
+impl Executor {
+    fn run<F: std::future::Future>(&self, work: F) -> F::Output {
+        match self {
+            Self::Runtime(runtime) => runtime.block_on(work),
+            Self::Plain => futures::executor::block_on(work),
+        }
+    }
 }
 
 fn export<E: SpanExporter>(
     exporter: &E,
+    executor: &Executor,
     batch: &mut Vec<SpanData>,
     counts: &SpanCounts,
 ) -> OTelSdkResult {
@@ -301,7 +386,7 @@ fn export<E: SpanExporter>(
     }
     let spans = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
     let size = spans.len() as u64;
-    let result = futures::executor::block_on(exporter.export(spans));
+    let result = executor.run(exporter.export(spans));
     match &result {
         Ok(()) => counts.exported.inc_by(size),
         Err(_) => counts.export_failed.inc_by(size),
@@ -430,5 +515,52 @@ mod tests {
         assert_eq!(counts.exported.get(), 10_000);
         let arrived = exporter.inner.get_finished_spans().expect("spans").len();
         assert_eq!(arrived, 10_000);
+    }
+
+    /// An exporter that needs a Tokio runtime to export (as tonic's does): it waits on a
+    /// Tokio timer, which panics outside one.
+    #[derive(Debug)]
+    struct NeedsTokio(InMemorySpanExporter);
+
+    impl SpanExporter for NeedsTokio {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.0.export(batch).await
+        }
+    }
+
+    #[test]
+    fn an_exporter_built_on_the_threads_own_runtime_exports_there() {
+        let memory = InMemorySpanExporter::default();
+        let into = memory.clone();
+        let counts = SpanCounts::default();
+        let processor = CountingBatchProcessor::on_own_runtime(
+            move || {
+                // Built inside the runtime: a Tokio handle is there to be had.
+                tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+                Ok::<_, std::io::Error>(NeedsTokio(into))
+            },
+            BatchSettings::default(),
+            counts.clone(),
+        )
+        .expect("started");
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        make_spans(&provider, 100);
+        provider.force_flush().expect("flushed");
+        assert_eq!(counts.exported.get(), 100);
+        assert_eq!(memory.get_finished_spans().expect("spans").len(), 100);
+    }
+
+    #[test]
+    fn an_exporter_that_cannot_be_built_fails_the_start() {
+        let started = CountingBatchProcessor::on_own_runtime(
+            || Err::<InMemorySpanExporter, _>(std::io::Error::other("no collector")),
+            BatchSettings::default(),
+            SpanCounts::default(),
+        );
+        let error = started.expect_err("the build failed");
+        assert_eq!(error.to_string(), "no collector");
     }
 }

@@ -26,6 +26,8 @@ pub enum TelemetryError {
     UnsupportedProtocol(String),
     #[error("could not build the OTLP exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("could not start the span export thread: {0}")]
+    ExportThread(#[from] std::io::Error),
 }
 
 /// How spans travel to the collector.
@@ -78,8 +80,9 @@ fn env(name: &str) -> Option<String> {
 }
 
 impl Telemetry {
-    /// Builds telemetry from the environment; must run inside the Tokio runtime (the gRPC
-    /// exporter spawns onto it). `OTEL_SDK_DISABLED=true` gives a no-op tracer.
+    /// Builds telemetry from the environment; `OTEL_SDK_DISABLED=true` gives a no-op
+    /// tracer. The exporter runs on a thread of its own (with its own Tokio runtime for
+    /// gRPC), so it never takes a service worker's time.
     pub fn from_env(default_service_name: &str) -> Result<Self, TelemetryError> {
         Self::from_env_with(default_service_name, Vec::new())
     }
@@ -110,8 +113,7 @@ impl Telemetry {
         )
     }
 
-    /// Batches spans to `endpoint` (`http://host:port`) as `service_name`. Must run
-    /// inside the Tokio runtime.
+    /// Batches spans to `endpoint` (`http://host:port`) as `service_name`.
     pub fn otlp_to(
         service_name: &str,
         protocol: OtlpProtocol,
@@ -129,22 +131,29 @@ impl Telemetry {
         protocol: OtlpProtocol,
         endpoint: Option<&str>,
     ) -> Result<Self, TelemetryError> {
-        let exporter = match protocol {
-            OtlpProtocol::Grpc => SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(endpoint.unwrap_or(DEFAULT_GRPC_ENDPOINT))
-                .build()?,
+        let settings = BatchSettings::from_env();
+        let spans = SpanCounts::default();
+        let processor = match protocol {
+            OtlpProtocol::Grpc => {
+                let endpoint = endpoint.unwrap_or(DEFAULT_GRPC_ENDPOINT).to_owned();
+                let build = move || {
+                    SpanExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(endpoint)
+                        .build()
+                        .map_err(TelemetryError::from)
+                };
+                CountingBatchProcessor::on_own_runtime(build, settings, spans.clone())?
+            }
             OtlpProtocol::HttpProtobuf => {
                 let base = endpoint.unwrap_or(DEFAULT_HTTP_ENDPOINT);
-                SpanExporter::builder()
+                let exporter = SpanExporter::builder()
                     .with_http()
                     .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
-                    .build()?
+                    .build()?;
+                CountingBatchProcessor::new(exporter, settings, spans.clone())
             }
         };
-        let spans = SpanCounts::default();
-        let processor =
-            CountingBatchProcessor::new(exporter, BatchSettings::from_env(), spans.clone());
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
             .with_span_processor(processor)
