@@ -492,6 +492,46 @@ mod tests {
         assert!(late.max < 250.0, "{late:?}");
     }
 
+    /// Requests being answered now, and the most at once (one test uses them).
+    static ANSWERING: AtomicUsize = AtomicUsize::new(0);
+    static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
+
+    #[tokio::test]
+    async fn beyond_max_in_flight_the_open_loop_drops_requests_instead_of_queueing_them() {
+        // 200 ms per answer and two in flight: about 10 of the 50 requests a second go.
+        let target = serve_target(|| {
+            Box::pin(async {
+                let now = ANSWERING.fetch_add(1, Ordering::SeqCst) + 1;
+                MOST_AT_ONCE.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                ANSWERING.fetch_sub(1, Ordering::SeqCst);
+                false
+            })
+        })
+        .await;
+        let profile = Profile::Arrival {
+            rate_per_sec: 50.0,
+            duration_secs: 1.0,
+            max_in_flight: 2,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let dropped = summary
+            .outcomes
+            .get(&Outcome::Dropped)
+            .copied()
+            .unwrap_or(0);
+        assert_eq!(
+            summary.requests, 50,
+            "each request is sent or dropped: {summary:?}"
+        );
+        assert!(
+            (6..=14).contains(&summary.successful_requests),
+            "{summary:?}"
+        );
+        assert_eq!(dropped, 50 - summary.successful_requests);
+        assert_eq!(MOST_AT_ONCE.load(Ordering::SeqCst), 2);
+    }
+
     #[tokio::test]
     async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
         // Every answer closes its connection: each user's next request needs a new one.
