@@ -7,6 +7,7 @@
 //! whole exchange, and an answer's body is read up to a cap, never whole whatever its
 //! size.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::header::HOST;
@@ -35,7 +36,7 @@ struct HttpClient {
 /// [`HttpClient`] whose requests are client spans of `telemetry`.
 #[derive(Clone, Debug)]
 pub struct TracedClient {
-    http: std::sync::Arc<HttpClient>,
+    http: Arc<HttpClient>,
     telemetry: Telemetry,
 }
 
@@ -153,7 +154,7 @@ impl TracedClient {
     /// idle) are reused across requests; a body beyond `max_body_bytes` fails the call.
     pub fn new(telemetry: Telemetry, pool_per_host: usize, max_body_bytes: usize) -> Self {
         Self {
-            http: std::sync::Arc::new(HttpClient::new(pool_per_host, max_body_bytes)),
+            http: Arc::new(HttpClient::new(pool_per_host, max_body_bytes)),
             telemetry,
         }
     }

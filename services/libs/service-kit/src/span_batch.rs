@@ -152,16 +152,10 @@ impl CountingBatchProcessor {
         settings: BatchSettings,
         counts: SpanCounts,
     ) -> Self {
-        let (spans, queue) = mpsc::sync_channel(settings.max_queue_size);
-        let (control, inbox) = mpsc::channel();
         let exported = counts.clone();
-        let worker = std::thread::Builder::new()
-            .name("span-export".into())
-            .spawn(move || {
-                export_loop(exporter, &Executor::Plain, queue, inbox, settings, exported)
-            })
-            .ok();
-        Self::running(spans, control, counts, worker)
+        Self::start(settings, counts, move |queue, inbox| {
+            export_loop(exporter, &Executor::Plain, queue, inbox, settings, exported)
+        })
     }
 
     /// Starts the export thread with a Tokio runtime of its own, in which it builds its
@@ -179,50 +173,55 @@ impl CountingBatchProcessor {
         X: From<std::io::Error> + Send + 'static,
         F: FnOnce() -> Result<E, X> + Send + 'static,
     {
-        let (spans, queue) = mpsc::sync_channel(settings.max_queue_size);
-        let (control, inbox) = mpsc::channel();
         let (started, startup) = mpsc::sync_channel::<Result<(), X>>(1);
         let exported = counts.clone();
-        let worker = std::thread::Builder::new()
-            .name("span-export".into())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                let built = runtime.map_err(X::from).and_then(|runtime| {
+        let processor = Self::start(settings, counts, move |queue, inbox| {
+            let built = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(X::from)
+                .and_then(|runtime| {
                     let exporter = {
                         let _inside = runtime.enter();
                         make_exporter()?
                     };
                     Ok((runtime, exporter))
                 });
-                match built {
-                    Ok((runtime, exporter)) => {
-                        let _ = started.send(Ok(()));
-                        let executor = Executor::Runtime(runtime);
-                        export_loop(exporter, &executor, queue, inbox, settings, exported);
-                    }
-                    Err(e) => {
-                        let _ = started.send(Err(e));
-                    }
+            match built {
+                Ok((runtime, exporter)) => {
+                    let _ = started.send(Ok(()));
+                    let executor = Executor::Runtime(runtime);
+                    export_loop(exporter, &executor, queue, inbox, settings, exported);
                 }
-            })?;
+                Err(e) => {
+                    let _ = started.send(Err(e));
+                }
+            }
+        });
         // Building a client takes microseconds, once at startup.
         match startup.recv() {
-            Ok(Ok(())) => Ok(Self::running(spans, control, counts, Some(worker))),
+            Ok(Ok(())) => Ok(processor),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(X::from(std::io::Error::other(
-                "the span export thread ended while starting",
+                "the span export thread did not start",
             ))),
         }
     }
 
-    fn running(
-        spans: SyncSender<Queued>,
-        control: mpsc::Sender<Control>,
+    /// The queue and control channels, and the export thread running `export` on their
+    /// receiving ends. Should the thread not start, the channels are closed and every
+    /// span counts as dropped.
+    fn start(
+        settings: BatchSettings,
         counts: SpanCounts,
-        worker: Option<JoinHandle<()>>,
+        export: impl FnOnce(Receiver<Queued>, Receiver<Control>) + Send + 'static,
     ) -> Self {
+        let (spans, queue) = mpsc::sync_channel(settings.max_queue_size);
+        let (control, inbox) = mpsc::channel();
+        let worker = std::thread::Builder::new()
+            .name("span-export".into())
+            .spawn(move || export(queue, inbox))
+            .ok();
         Self {
             spans,
             control: Mutex::new(control),
