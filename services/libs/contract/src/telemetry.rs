@@ -15,6 +15,8 @@ pub mod attribute {
     pub const SERVER_ADDRESS: &str = "server.address";
     pub const SERVER_PORT: &str = "server.port";
     pub const URL_FULL: &str = "url.full";
+    pub const URL_PATH: &str = "url.path";
+    pub const URL_SCHEME: &str = "url.scheme";
     pub const ERROR_TYPE: &str = "error.type";
 
     // OpenTelemetry's database conventions, and Azure Cosmos DB's own.

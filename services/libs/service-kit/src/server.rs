@@ -137,31 +137,32 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
     }
 }
 
-/// The request's server span, a `tracing` span that tracing-opentelemetry exports with
-/// the OpenTelemetry HTTP server conventions (`otel.*` fields set name, kind and status).
-fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
-    let span = tracing::info_span!(
+/// The request's server span, a `tracing` span that tracing-opentelemetry exports as the
+/// OpenTelemetry server span (`otel.*` fields set its name and kind). Its only `tracing`
+/// fields are those a log line inside the request shows (name, trace and span id): the
+/// log layer formats every field of every request span, traced or not, so the HTTP
+/// conventions' attributes go to the OpenTelemetry span alone ([`describe_request`]).
+fn request_span(method: &str, route: &str) -> tracing::Span {
+    tracing::info_span!(
         target: REQUEST_SPAN_TARGET,
         REQUEST_SPAN,
         otel.name = server_span(if method == "_OTHER" { "HTTP" } else { method }, route),
         otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
-        http.request.method = method,
-        http.route = route,
-        http.response.status_code = tracing::field::Empty,
-        url.path = request.uri().path(),
-        http.request.method_original = tracing::field::Empty,
-        url.scheme = "http",
-        server.address = tracing::field::Empty,
-        server.port = tracing::field::Empty,
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
-    );
+    )
+}
+
+/// The OpenTelemetry HTTP server conventions' attributes of a traced request's span.
+fn describe_request(span: &tracing::Span, request: &Request, method: &'static str, route: &str) {
+    span.set_attribute(attribute::HTTP_REQUEST_METHOD, method);
+    span.set_attribute(attribute::HTTP_ROUTE, route.to_owned());
+    span.set_attribute(attribute::URL_PATH, request.uri().path().to_owned());
+    span.set_attribute(attribute::URL_SCHEME, "http");
     if method == "_OTHER" {
-        span.record(
+        span.set_attribute(
             attribute::HTTP_REQUEST_METHOD_ORIGINAL,
-            request.method().as_str(),
+            request.method().as_str().to_owned(),
         );
     }
     let host = request
@@ -172,17 +173,14 @@ fn request_span(request: &Request, method: &str, route: &str) -> tracing::Span {
     if let Some(host) = host {
         match host.rsplit_once(':') {
             Some((address, port)) => {
-                span.record(attribute::SERVER_ADDRESS, address);
+                span.set_attribute(attribute::SERVER_ADDRESS, address.to_owned());
                 if let Ok(port) = port.parse::<i64>() {
-                    span.record(attribute::SERVER_PORT, port);
+                    span.set_attribute(attribute::SERVER_PORT, port);
                 }
             }
-            None => {
-                span.record(attribute::SERVER_ADDRESS, host);
-            }
+            None => span.set_attribute(attribute::SERVER_ADDRESS, host.to_owned()),
         }
     }
-    span
 }
 
 /// Serves each request in its server span (W3C context in, trace id out in
@@ -206,14 +204,14 @@ async fn observe(
     }
     let telemetry = &instrumentation.telemetry;
     let dispatch = telemetry.dispatch();
-    let span =
-        tracing::dispatcher::with_default(dispatch, || request_span(&request, method, &route));
+    let span = tracing::dispatcher::with_default(dispatch, || request_span(method, &route));
     let _ = span.set_parent(telemetry.extract(request.headers()));
     let cx = span.context();
     let span_context = cx.span().span_context().clone();
     if span_context.is_valid() {
         span.record("trace_id", tracing::field::display(span_context.trace_id()));
         span.record("span_id", tracing::field::display(span_context.span_id()));
+        describe_request(&span, &request, method, &route);
     }
     request.extensions_mut().insert(RequestContext(cx));
     let labels = RouteLabels {
@@ -230,15 +228,14 @@ async fn observe(
     active.dec();
 
     let status = response.status();
-    span.record(
-        attribute::HTTP_RESPONSE_STATUS_CODE,
-        i64::from(status.as_u16()),
-    );
-    if status.is_server_error() {
-        span.record(attribute::OTEL_STATUS_CODE, "error");
-        span.record(attribute::OTEL_STATUS_DESCRIPTION, status.to_string());
-    }
     if span_context.is_valid() {
+        span.set_attribute(
+            attribute::HTTP_RESPONSE_STATUS_CODE,
+            i64::from(status.as_u16()),
+        );
+        if status.is_server_error() {
+            span.set_status(opentelemetry::trace::Status::error(status.to_string()));
+        }
         add_trace_headers(response.headers_mut(), &span_context);
     }
     let http = &instrumentation.http;
