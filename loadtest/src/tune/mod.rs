@@ -19,6 +19,7 @@ use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
 use dronelab_report::compare::repeat_name;
 use dronelab_report::criteria::Figures;
 use dronelab_report::Report;
+#[cfg(feature = "cluster")]
 use environment::cluster::ClusterEnvironment;
 use environment::local::LocalStack;
 use environment::target::ExistingTarget;
@@ -70,7 +71,8 @@ pub struct TuneArgs {
     pub utilization_url: Option<url::Url>,
     /// Cluster mode: before every stage, server-side apply `<overlays>/<stage>` through
     /// the Kubernetes API and wait for utilization-service's rollout. Needs the RBAC in
-    /// `k8s/rbac/tune.yaml` and either `--target` (load from here) or `--load-pods`.
+    /// `k8s/rbac/tune.yaml` and either `--target` (load from here) or `--load-pods`,
+    /// and a loadtest built with `--features cluster`.
     #[arg(long)]
     pub cluster: bool,
     /// The kubeconfig context to use (default: its current context).
@@ -128,8 +130,11 @@ pub enum TuneError {
     NoStages,
     #[error("the stage command for {stage} failed: {reason}")]
     StageCommand { stage: String, reason: String },
+    #[cfg(feature = "cluster")]
     #[error(transparent)]
     Cluster(#[from] crate::cluster::ClusterError),
+    #[error("this loadtest was built without cluster mode: build it with `--features cluster` (cargo run --release -p loadtest --features cluster -- tune --cluster ...)")]
+    ClusterNotBuilt,
     #[error("stage {stage}: {reason}")]
     Overlay { stage: String, reason: String },
     #[error("merging the load pods' records: {0}")]
@@ -170,6 +175,9 @@ pub async fn lab(args: TuneArgs) -> Result<PathBuf, TuneError> {
 }
 
 async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, TuneError> {
+    if args.cluster && !cfg!(feature = "cluster") {
+        return Err(TuneError::ClusterNotBuilt);
+    }
     let Some(first) = stages.first() else {
         return Err(TuneError::NoStages);
     };
@@ -191,23 +199,30 @@ async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, Tune
     if args.utilization_url.is_some() && !args.cluster && args.target.is_none() {
         return Err(TuneError::UtilizationUrlAlone);
     }
+    #[cfg(feature = "cluster")]
     if args.cluster {
-        let environment = ClusterEnvironment::connect(args).await?;
-        // Ctrl-C must not leave load pods running in the cluster.
-        let cluster = environment.cluster();
-        tokio::select! {
-            result = run.on(environment) => result,
-            () = service_kit::server::shutdown_signal() => {
-                cluster.delete_loadgen().await;
-                Err(TuneError::Interrupted)
-            }
-        }
-    } else if let Some(target) = &args.target {
+        return run_on_cluster(run, args).await;
+    }
+    if let Some(target) = &args.target {
         run.on(ExistingTarget::connect(args, target.clone(), first).await?)
             .await
     } else {
         run.on(LocalStack::start(args, first, &dir, &model).await?)
             .await
+    }
+}
+
+#[cfg(feature = "cluster")]
+async fn run_on_cluster(run: Run<'_>, args: &TuneArgs) -> Result<PathBuf, TuneError> {
+    let environment = ClusterEnvironment::connect(args).await?;
+    // Ctrl-C must not leave load pods running in the cluster.
+    let cluster = environment.cluster();
+    tokio::select! {
+        result = run.on(environment) => result,
+        () = service_kit::server::shutdown_signal() => {
+            cluster.delete_loadgen().await;
+            Err(TuneError::Interrupted)
+        }
     }
 }
 

@@ -5,11 +5,10 @@
 //! and memory as it can, and tells the run what it reaches ([`Reach`]). A new mode is a
 //! new implementation here; a stage never asks which one it runs in.
 
+#[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod local;
 pub mod target;
-
-use std::time::Duration;
 
 use dronelab_contract::Service;
 use dronelab_report::resources::{ResourceFigures, ResourceSample};
@@ -19,6 +18,7 @@ use local_stack::resources::ResourceSampler;
 use trace_analysis::client::TraceApi;
 
 use super::{TuneArgs, TuneError};
+#[cfg(feature = "cluster")]
 use crate::cluster::metrics::PodMetricsSampler;
 use crate::emulator::EmulatorAdmin;
 
@@ -47,7 +47,8 @@ pub struct StageLoad<'a> {
 
 impl StageLoad<'_> {
     /// The longest the load may take, every request's timeout included.
-    pub fn longest(&self) -> Duration {
+    #[cfg(feature = "cluster")]
+    pub fn longest(&self) -> std::time::Duration {
         self.profile.duration() + self.target.timeout
     }
 }
@@ -78,6 +79,7 @@ pub enum ResourceSampling {
     /// The local stack's processes, from `/proc`.
     Processes(ResourceSampler),
     /// The cluster's pods, from the metrics API.
+    #[cfg(feature = "cluster")]
     Pods(PodMetricsSampler),
     /// Not measurable here, and why.
     Unavailable(String),
@@ -87,6 +89,7 @@ impl ResourceSampling {
     pub async fn finish(self) -> Result<(ResourceFigures, Vec<ResourceSample>), String> {
         match self {
             Self::Processes(sampler) => Ok(sampler.finish().await),
+            #[cfg(feature = "cluster")]
             Self::Pods(sampler) => sampler.finish().await,
             Self::Unavailable(reason) => Err(reason),
         }
