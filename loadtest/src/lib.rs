@@ -1,9 +1,9 @@
 //! `loadtest`: dronelab's main job, the command line over the lab's parts. It seeds the
 //! data (`dronelab-study`), drives load (`loadgen`), starts the local stack
-//! (`local-stack`) or works on a cluster (`cluster`, with `k8s-manifests`; built with
-//! the `cluster` feature), runs the
-//! study's tuning stages (`tune`), names each stage's bottleneck from its traces
-//! (`trace-analysis`), and writes the report (`dronelab-report`).
+//! (`local-stack`) or works on a cluster (`cluster`, with `k8s-manifests`; only with the
+//! `cluster` feature), runs the study's tuning stages (`tune`), names each stage's
+//! bottleneck from its traces (`trace-analysis`), and writes the report
+//! (`dronelab-report`).
 
 pub mod cli;
 #[cfg(feature = "cluster")]

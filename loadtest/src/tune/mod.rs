@@ -133,6 +133,7 @@ pub enum TuneError {
     #[cfg(feature = "cluster")]
     #[error(transparent)]
     Cluster(#[from] crate::cluster::ClusterError),
+    #[cfg(not(feature = "cluster"))]
     #[error("this loadtest was built without cluster mode: build it with `--features cluster` (cargo run --release -p loadtest --features cluster -- tune --cluster ...)")]
     ClusterNotBuilt,
     #[error("stage {stage}: {reason}")]
@@ -175,7 +176,8 @@ pub async fn lab(args: TuneArgs) -> Result<PathBuf, TuneError> {
 }
 
 async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, TuneError> {
-    if args.cluster && !cfg!(feature = "cluster") {
+    #[cfg(not(feature = "cluster"))]
+    if args.cluster {
         return Err(TuneError::ClusterNotBuilt);
     }
     let Some(first) = stages.first() else {

@@ -114,10 +114,12 @@ impl Environment for ClusterEnvironment {
             k8s_manifests::loadgen_job::NAME,
             self.load_start_lead.as_secs()
         );
-        // Late pods still run (up to `loadtest run`'s limit on a late start).
+        // Late pods still run (up to `loadtest run`'s limit on a late start), then the
+        // load itself, every request's timeout included.
         let timeout = self.load_start_lead
             + loadgen::start::MAX_LATE_START
-            + load.longest()
+            + load.profile.duration()
+            + load.target.timeout
             + Duration::from_secs(60);
         let (records, start) = self
             .cluster

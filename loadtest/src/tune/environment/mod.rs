@@ -45,14 +45,6 @@ pub struct StageLoad<'a> {
     pub profile: Profile,
 }
 
-impl StageLoad<'_> {
-    /// The longest the load may take, every request's timeout included.
-    #[cfg(feature = "cluster")]
-    pub fn longest(&self) -> std::time::Duration {
-        self.profile.duration() + self.target.timeout
-    }
-}
-
 /// Where a stage runs.
 pub trait Environment {
     fn reach(&self) -> &Reach;
