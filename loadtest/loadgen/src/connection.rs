@@ -18,6 +18,7 @@ use hyper::header::{HeaderValue, HOST};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 /// How long a connect may take before the request counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -98,6 +99,10 @@ impl Endpoint {
 pub struct UserConnection {
     endpoint: Endpoint,
     open: Option<Open>,
+    /// The requests' timeout, one timer for all of them: moving a pending timer's
+    /// deadline later is an atomic update in Tokio, whereas a timer per request is an
+    /// insertion into the timer wheel and a removal from it.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// Idle connections to one endpoint, for requests that overlap: a request takes one (or
@@ -140,16 +145,27 @@ impl UserConnection {
         Self {
             endpoint,
             open: None,
+            timer: None,
         }
     }
 
     /// `GET path_and_query` (an origin-form URI), giving up after `timeout`. After a
     /// timeout or failure the connection is closed: its state is unknown.
     pub async fn get(&mut self, path_and_query: Uri, timeout: Duration) -> Reply {
-        let outcome = match tokio::time::timeout(timeout, self.send(path_and_query)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Reply::TimedOut,
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timer = match self.timer.take() {
+            Some(mut timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
         };
+        let outcome = tokio::select! {
+            biased;
+            outcome = self.send(path_and_query) => outcome,
+            () = timer.as_mut() => Reply::TimedOut,
+        };
+        self.timer = Some(timer);
         if !matches!(outcome, Reply::Response { .. }) {
             self.open = None;
         }
@@ -157,13 +173,12 @@ impl UserConnection {
     }
 
     async fn send(&mut self, path_and_query: Uri) -> Reply {
-        let request = match Request::get(path_and_query)
-            .header(HOST, self.endpoint.host_header.clone())
-            .body(Empty::new())
-        {
-            Ok(request) => request,
-            Err(e) => return Reply::Failed(e.to_string()),
-        };
+        // Set in place: `Request::builder` moves the request's parts at every step.
+        let mut request = Request::new(Empty::new());
+        *request.uri_mut() = path_and_query;
+        request
+            .headers_mut()
+            .insert(HOST, self.endpoint.host_header.clone());
         let open = match self.open.take() {
             Some(open) if !open.sender.is_closed() => self.open.insert(open),
             _ => match self.connect().await {

@@ -532,6 +532,44 @@ mod tests {
         assert_eq!(MOST_AT_ONCE.load(Ordering::SeqCst), 2);
     }
 
+    /// Requests the server of the timeout test has begun to answer.
+    static BEGUN: AtomicUsize = AtomicUsize::new(0);
+
+    #[tokio::test]
+    async fn a_request_past_its_timeout_is_cut_off_and_the_next_ones_get_their_whole_timeout() {
+        // A 200 ms timeout; the first answer takes 600 ms, the fifth 120 ms, the rest
+        // come at once. The connection's one timer must start afresh for each request:
+        // a deadline left over from an earlier request would cut the fifth one short.
+        let mut target = serve_target(|| {
+            Box::pin(async {
+                let delay = match BEGUN.fetch_add(1, Ordering::SeqCst) {
+                    0 => 600,
+                    4 => 120,
+                    _ => 0,
+                };
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                false
+            })
+        })
+        .await;
+        target.timeout = Duration::from_millis(200);
+        let profile = Profile::Constant {
+            users: 1,
+            duration_secs: 1.0,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let timed_out = summary.outcomes.get(&Outcome::Timeout).copied();
+        assert_eq!(timed_out, Some(1), "{summary:?}");
+        assert_eq!(
+            summary.successful_requests,
+            summary.requests - 1,
+            "{summary:?}"
+        );
+        assert!(summary.successful_requests >= 5, "{summary:?}");
+        // The first request waited for its timeout, not for the answer.
+        assert!(summary.latency_ms.max < 500.0, "{:?}", summary.latency_ms);
+    }
+
     #[tokio::test]
     async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
         // Every answer closes its connection: each user's next request needs a new one.

@@ -81,8 +81,8 @@ impl Target {
 
     /// The next request's path and query.
     pub(crate) fn next_uri(&self) -> Result<Uri, String> {
-        let path = self.requests.next_path();
-        Uri::try_from(path.as_str()).map_err(|e| format!("{path:?}: {e}"))
+        // Owned, the path becomes the URI's buffer without a copy.
+        Uri::try_from(self.requests.next_path()).map_err(|e| format!("not a path and query: {e}"))
     }
 
     /// What an answer counts as.

@@ -8,6 +8,7 @@ use dronelab_contract::cosmos::{summary_id, utilization_id};
 use dronelab_contract::Container;
 use rand::Rng;
 use serde_json::{json, Value};
+use std::fmt::Write as _;
 
 /// The most recent month of data; earlier months count back from it.
 const LAST_YEAR: u32 = 2026;
@@ -58,13 +59,22 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Owner number `n`'s id, `o00042`, written wherever it is formatted.
+struct OwnerId(usize);
+
+impl std::fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "o{:05}", self.0)
+    }
+}
+
 impl DataSet {
     fn hash(&self, parts: &[u64]) -> u64 {
         parts.iter().fold(mix(self.seed), |h, p| mix(h ^ p))
     }
 
     pub fn owner_id(owner: usize) -> String {
-        format!("o{owner:05}")
+        OwnerId(owner).to_string()
     }
 
     pub fn drone_id(owner: usize, drone: usize) -> String {
@@ -261,11 +271,12 @@ impl loadgen::Requests for OwnerMonths {
             }
         };
         let (year, month) = DataSet::month(month_index);
-        format!(
-            "{}?ownerId={}&year={year}&month={month}",
-            self.path,
-            DataSet::owner_id(owner)
-        )
+        // One allocation per request: the owner id is written in place, not made apart.
+        let mut path = String::with_capacity(self.path.len() + 40);
+        path.push_str(&self.path);
+        let owner = OwnerId(owner);
+        let _ = write!(path, "?ownerId={owner}&year={year}&month={month}");
+        path
     }
 }
 
