@@ -22,9 +22,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{RawQuery, Request, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -198,7 +197,6 @@ pub fn build_app(state: Arc<AppState>) -> Router {
     let instrumentation = state.instrumentation.clone();
     let api = Router::new()
         .route(routes::INVOICES, get(invoice))
-        .route_layer(middleware::from_fn_with_state(state.clone(), shed_load))
         .with_state(state)
         .route(routes::OPENAPI, get(openapi::serve));
     server::standard(
@@ -210,14 +208,6 @@ pub fn build_app(state: Arc<AppState>) -> Router {
             ..Limits::default()
         },
     )
-}
-
-/// Admits up to `--max-concurrency` invoice requests at once; the rest get a fast 503.
-async fn shed_load(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    match state.in_flight.try_acquire() {
-        Ok(_permit) => next.run(request).await,
-        Err(_) => overloaded(&state, "too many invoice requests in flight; retry shortly"),
-    }
 }
 
 /// The 503 of a shed invoice.
@@ -234,6 +224,11 @@ async fn invoice(
     RequestContext(cx): RequestContext,
     RawQuery(raw): RawQuery,
 ) -> Response {
+    // Up to `--max-concurrency` invoice requests at once; the rest get a fast 503. In the
+    // handler rather than a route layer: each layer boxes the request's future again.
+    let Ok(_admitted) = state.in_flight.try_acquire() else {
+        return overloaded(&state, "too many invoice requests in flight; retry shortly");
+    };
     let request = match OwnerMonth::from_query(raw.as_deref()) {
         Ok(request) => request,
         Err(invalid) => {

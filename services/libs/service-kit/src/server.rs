@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tracing::instrument::WithSubscriber as _;
@@ -113,12 +114,17 @@ pub fn standard(
             }),
         )
         .route(routes::METRICS, metrics.route())
-        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            limits.request_timeout,
-        ))
-        .layer(middleware::from_fn_with_state(instrumentation, observe))
+        // One `layer` call for the whole stack (outermost first): axum boxes each
+        // layer's future apart, which moves the request's future into the heap again.
+        .layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn_with_state(instrumentation, observe))
+                .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    limits.request_timeout,
+                )),
+        )
 }
 
 /// `traceresponse` (W3C) and `x-trace-id`, so a caller can find the request's trace.

@@ -54,7 +54,10 @@ pub(super) enum ConnectError {
 /// The idle connections to every origin a client calls, most recently used first.
 #[derive(Debug)]
 pub(super) struct ConnectionSet {
-    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+    /// Keyed by the origin as written (`Authority` hashes byte by byte, ignoring case,
+    /// which cost more than the rest of a lookup): two spellings of one origin keep two
+    /// sets, which only costs a connection.
+    idle: Mutex<HashMap<Box<str>, Vec<Idle>>>,
     max_idle_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -103,13 +106,18 @@ impl ConnectionSet {
         if connection.driver.is_none() || connection.sender.is_closed() {
             return;
         }
+        let entry = Idle {
+            connection,
+            since: Instant::now(),
+        };
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let waiting = idle.entry(origin.clone()).or_default();
-        if waiting.len() < self.max_idle_per_origin {
-            waiting.push(Idle {
-                connection,
-                since: Instant::now(),
-            });
+        match idle.get_mut(origin.as_str()) {
+            Some(waiting) if waiting.len() < self.max_idle_per_origin => waiting.push(entry),
+            Some(_) => {}
+            None if self.max_idle_per_origin > 0 => {
+                idle.insert(origin.as_str().into(), vec![entry]);
+            }
+            None => {}
         }
     }
 
@@ -117,7 +125,7 @@ impl ConnectionSet {
     /// older ones are closed on the way (the set has no reaper task of its own).
     fn take_idle(&self, origin: &Authority) -> Option<Connection> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let waiting = idle.get_mut(origin)?;
+        let waiting = idle.get_mut(origin.as_str())?;
         let fresh_from = waiting
             .iter()
             .position(|entry| entry.since.elapsed() < self.idle_timeout)
