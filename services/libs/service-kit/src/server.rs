@@ -16,8 +16,8 @@ use axum::Router;
 use dronelab_contract::routes;
 use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanContext, TraceContextExt};
-use opentelemetry::Context;
+use opentelemetry::trace::{SpanRef, TraceContextExt};
+use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -30,7 +30,7 @@ use crate::metrics::{
     method_label, HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels,
 };
 use crate::problem::Problem;
-use crate::telemetry::{Telemetry, REQUEST_SPAN, REQUEST_SPAN_TARGET};
+use crate::telemetry::{Telemetry, W3cTraceparent, REQUEST_SPAN, REQUEST_SPAN_TARGET};
 
 /// Tracing and metrics of one service.
 #[derive(Clone)]
@@ -128,17 +128,11 @@ pub fn standard(
 }
 
 /// `traceresponse` (W3C) and `x-trace-id`, so a caller can find the request's trace.
-fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
-    let trace_id = span.trace_id().to_string();
-    let traceresponse = format!(
-        "00-{trace_id}-{}-{:02x}",
-        span.span_id(),
-        span.trace_flags().to_u8()
-    );
-    if let Ok(v) = HeaderValue::from_str(&traceresponse) {
+fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &W3cTraceparent) {
+    if let Ok(v) = HeaderValue::from_bytes(span.as_bytes()) {
         headers.insert("traceresponse", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&trace_id) {
+    if let Ok(v) = HeaderValue::from_str(span.trace_id()) {
         headers.insert("x-trace-id", v);
     }
 }
@@ -159,17 +153,22 @@ fn request_span(method: &str, route: &str) -> tracing::Span {
     )
 }
 
-/// The OpenTelemetry HTTP server conventions' attributes of a traced request's span.
-fn describe_request(span: &tracing::Span, request: &Request, method: &'static str, route: &str) {
-    span.set_attribute(attribute::HTTP_REQUEST_METHOD, method);
-    span.set_attribute(attribute::HTTP_ROUTE, route.to_owned());
-    span.set_attribute(attribute::URL_PATH, request.uri().path().to_owned());
-    span.set_attribute(attribute::URL_SCHEME, "http");
+/// The OpenTelemetry HTTP server conventions' attributes of a traced request's span, set
+/// in one go on the OpenTelemetry span (through the `tracing` span, each would take the
+/// subscriber's lookup and the span's lock apart).
+fn describe_request(span: &SpanRef<'_>, request: &Request, method: &'static str, route: &str) {
+    let mut attributes = Vec::with_capacity(7);
+    attributes.extend([
+        KeyValue::new(attribute::HTTP_REQUEST_METHOD, method),
+        KeyValue::new(attribute::HTTP_ROUTE, route.to_owned()),
+        KeyValue::new(attribute::URL_PATH, request.uri().path().to_owned()),
+        KeyValue::new(attribute::URL_SCHEME, "http"),
+    ]);
     if method == "_OTHER" {
-        span.set_attribute(
+        attributes.push(KeyValue::new(
             attribute::HTTP_REQUEST_METHOD_ORIGINAL,
             request.method().as_str().to_owned(),
-        );
+        ));
     }
     let host = request
         .headers()
@@ -179,14 +178,15 @@ fn describe_request(span: &tracing::Span, request: &Request, method: &'static st
     if let Some(host) = host {
         match host.rsplit_once(':') {
             Some((address, port)) => {
-                span.set_attribute(attribute::SERVER_ADDRESS, address.to_owned());
+                attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, address.to_owned()));
                 if let Ok(port) = port.parse::<i64>() {
-                    span.set_attribute(attribute::SERVER_PORT, port);
+                    attributes.push(KeyValue::new(attribute::SERVER_PORT, port));
                 }
             }
-            None => span.set_attribute(attribute::SERVER_ADDRESS, host.to_owned()),
+            None => attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned())),
         }
     }
+    span.set_attributes(attributes);
 }
 
 /// Serves each request in its server span (W3C context in, trace id out in
@@ -213,13 +213,14 @@ async fn observe(
     let span = tracing::dispatcher::with_default(dispatch, || request_span(method, &route));
     let _ = span.set_parent(telemetry.extract(request.headers()));
     let cx = span.context();
-    let span_context = cx.span().span_context().clone();
-    if span_context.is_valid() {
-        span.record("trace_id", tracing::field::display(span_context.trace_id()));
-        span.record("span_id", tracing::field::display(span_context.span_id()));
-        describe_request(&span, &request, method, &route);
+    let traced = cx.span().span_context().is_valid();
+    let ids = traced.then(|| W3cTraceparent::of(cx.span().span_context()));
+    if let Some(ids) = &ids {
+        span.record("trace_id", tracing::field::display(ids.trace_id()));
+        span.record("span_id", tracing::field::display(ids.span_id()));
+        describe_request(&cx.span(), &request, method, &route);
     }
-    request.extensions_mut().insert(RequestContext(cx));
+    request.extensions_mut().insert(RequestContext(cx.clone()));
     let labels = RouteLabels {
         method,
         route: route.clone(),
@@ -234,15 +235,16 @@ async fn observe(
     active.dec();
 
     let status = response.status();
-    if span_context.is_valid() {
-        span.set_attribute(
+    if let Some(ids) = &ids {
+        let server_span = cx.span();
+        server_span.set_attribute(KeyValue::new(
             attribute::HTTP_RESPONSE_STATUS_CODE,
             i64::from(status.as_u16()),
-        );
+        ));
         if status.is_server_error() {
-            span.set_status(opentelemetry::trace::Status::error(status.to_string()));
+            server_span.set_status(opentelemetry::trace::Status::error(status.to_string()));
         }
-        add_trace_headers(response.headers_mut(), &span_context);
+        add_trace_headers(response.headers_mut(), ids);
     }
     let http = &instrumentation.http;
     http.requests
