@@ -356,12 +356,13 @@ fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
     let traces = tracer.map(|tracer| {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            // Contexts are passed explicitly; lean spans (no source location, thread or
-            // busy/idle attributes).
+            // Contexts are passed explicitly; lean spans (no source location, thread,
+            // target or busy/idle attributes).
             .with_context_activation(false)
             .with_location(false)
             .with_threads(false)
             .with_tracked_inactivity(false)
+            .with_target(false)
             .with_filter(lifecycle::env_filter("info").or(request_spans()))
     });
     tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(traces))
