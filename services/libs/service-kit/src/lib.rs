@@ -5,6 +5,8 @@
 
 pub mod client;
 pub mod metrics;
+mod otlp_encode;
+mod otlp_grpc;
 pub mod problem;
 pub mod server;
 pub mod span_batch;

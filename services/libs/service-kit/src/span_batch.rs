@@ -321,6 +321,15 @@ fn export_loop<E: SpanExporter>(
         match waited {
             Ok(Queued::Span(span)) => {
                 batch.push(span);
+                // What else is queued already is taken without a timed wait each (which
+                // cost more than the span's encoding).
+                while batch.len() < settings.max_export_batch_size {
+                    match queue.try_recv() {
+                        Ok(Queued::Span(span)) => batch.push(span),
+                        Ok(Queued::Wake) => {}
+                        Err(_) => break,
+                    }
+                }
                 if batch.len() >= settings.max_export_batch_size {
                     let _ = export(&exporter, executor, &mut batch, &counts);
                 }

@@ -18,6 +18,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
 
+use crate::otlp_grpc::GrpcSpanExporter;
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
@@ -29,6 +30,8 @@ pub enum TelemetryError {
     UnsupportedProtocol(String),
     #[error("could not build the OTLP exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("could not build the OTLP exporter: {0}")]
+    Endpoint(String),
     #[error("could not start the span export thread: {0}")]
     ExportThread(#[from] std::io::Error),
 }
@@ -69,6 +72,7 @@ pub const ENVIRONMENT: &[&str] = &[
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
     "OTEL_TRACES_SAMPLER",
@@ -80,6 +84,22 @@ pub const ENVIRONMENT: &[&str] = &[
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// How long one export may take, retries included: `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`,
+/// else `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds), else 10 s. A value that is not a
+/// number is passed over, as the OTLP exporter crate does for the HTTP protocol.
+fn export_timeout() -> std::time::Duration {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .into_iter()
+    .find_map(|name| env(name)?.trim().parse().ok())
+    .map_or(
+        std::time::Duration::from_secs(10),
+        std::time::Duration::from_millis,
+    )
 }
 
 impl Telemetry {
@@ -140,11 +160,8 @@ impl Telemetry {
             OtlpProtocol::Grpc => {
                 let endpoint = endpoint.unwrap_or(DEFAULT_GRPC_ENDPOINT).to_owned();
                 let build = move || {
-                    SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(endpoint)
-                        .build()
-                        .map_err(TelemetryError::from)
+                    GrpcSpanExporter::new(&endpoint, export_timeout())
+                        .map_err(TelemetryError::Endpoint)
                 };
                 CountingBatchProcessor::on_own_runtime(build, settings, spans.clone())?
             }
