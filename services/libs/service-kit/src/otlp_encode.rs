@@ -160,7 +160,7 @@ fn key_value(out: &mut Writer, key: &str, value: &Value) {
 /// default; a value kind newer than this code is written as an empty `AnyValue`.
 fn any_value(out: &mut Writer, value: &Value) {
     match value {
-        Value::String(text) => out.string_always(1, text.as_str()),
+        Value::String(text) => out.bytes_always(1, text.as_str().as_bytes()),
         Value::Bool(flag) => out.varint_always(2, u64::from(*flag)),
         Value::I64(number) => out.varint_always(3, *number as u64),
         Value::F64(number) => out.fixed64_always(4, number.to_bits()),
@@ -207,20 +207,18 @@ impl Writer {
     /// A bytes field; left out when empty (proto3's default).
     fn bytes(&mut self, field: u32, bytes: &[u8]) {
         if !bytes.is_empty() {
-            self.key(field, LENGTH_DELIMITED);
-            self.varint(bytes.len() as u64);
-            self.0.extend_from_slice(bytes);
+            self.bytes_always(field, bytes);
         }
+    }
+
+    fn bytes_always(&mut self, field: u32, bytes: &[u8]) {
+        self.key(field, LENGTH_DELIMITED);
+        self.varint(bytes.len() as u64);
+        self.0.extend_from_slice(bytes);
     }
 
     fn string(&mut self, field: u32, text: &str) {
         self.bytes(field, text.as_bytes());
-    }
-
-    fn string_always(&mut self, field: u32, text: &str) {
-        self.key(field, LENGTH_DELIMITED);
-        self.varint(text.len() as u64);
-        self.0.extend_from_slice(text.as_bytes());
     }
 
     /// An unsigned varint field (also enums); left out when zero.

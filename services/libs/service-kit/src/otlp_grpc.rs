@@ -80,6 +80,7 @@ fn retryable(code: Code) -> bool {
 impl SpanExporter for GrpcSpanExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let request = bytes::Bytes::from(otlp_encode::export_request(&self.resource, &batch));
+        // The request holds the spans now: they need not wait out the network.
         drop(batch);
         let attempts = async {
             let mut backoff = FIRST_BACKOFF;

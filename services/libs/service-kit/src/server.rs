@@ -213,8 +213,11 @@ async fn observe(
     let span = tracing::dispatcher::with_default(dispatch, || request_span(method, &route));
     let _ = span.set_parent(telemetry.extract(request.headers()));
     let cx = span.context();
-    let traced = cx.span().span_context().is_valid();
-    let ids = traced.then(|| W3cTraceparent::of(cx.span().span_context()));
+    let ids = {
+        let span = cx.span();
+        let context = span.span_context();
+        context.is_valid().then(|| W3cTraceparent::of(context))
+    };
     if let Some(ids) = &ids {
         span.record("trace_id", tracing::field::display(ids.trace_id()));
         span.record("span_id", tracing::field::display(ids.span_id()));

@@ -323,13 +323,7 @@ fn export_loop<E: SpanExporter>(
                 batch.push(span);
                 // What else is queued already is taken without a timed wait each (which
                 // cost more than the span's encoding).
-                while batch.len() < settings.max_export_batch_size {
-                    match queue.try_recv() {
-                        Ok(Queued::Span(span)) => batch.push(span),
-                        Ok(Queued::Wake) => {}
-                        Err(_) => break,
-                    }
-                }
+                take_queued(&queue, &mut batch, settings.max_export_batch_size);
                 if batch.len() >= settings.max_export_batch_size {
                     let _ = export(&exporter, executor, &mut batch, &counts);
                 }
@@ -357,15 +351,23 @@ fn drain<E: SpanExporter>(
     counts: &SpanCounts,
 ) -> OTelSdkResult {
     let mut result = Ok(());
-    while let Ok(queued) = queue.try_recv() {
-        if let Queued::Span(span) = queued {
-            batch.push(span);
-            if batch.len() >= settings.max_export_batch_size {
-                result = result.and(export(exporter, executor, batch, counts));
-            }
-        }
+    while take_queued(queue, batch, settings.max_export_batch_size) {
+        result = result.and(export(exporter, executor, batch, counts));
     }
     result.and(export(exporter, executor, batch, counts))
+}
+
+/// Moves queued spans into `batch` until it holds `max` or the queue is empty; true when
+/// it stopped because the batch is full.
+fn take_queued(queue: &Receiver<Queued>, batch: &mut Vec<SpanData>, max: usize) -> bool {
+    while batch.len() < max {
+        match queue.try_recv() {
+            Ok(Queued::Span(span)) => batch.push(span),
+            Ok(Queued::Wake) => {}
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// Where an export's future runs: the export thread's own runtime, or simply blocked on.

@@ -112,12 +112,16 @@ impl ConnectionSet {
         };
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         match idle.get_mut(origin.as_str()) {
-            Some(waiting) if waiting.len() < self.max_idle_per_origin => waiting.push(entry),
-            Some(_) => {}
-            None if self.max_idle_per_origin > 0 => {
-                idle.insert(origin.as_str().into(), vec![entry]);
+            Some(waiting) => {
+                if waiting.len() < self.max_idle_per_origin {
+                    waiting.push(entry);
+                }
             }
-            None => {}
+            None => {
+                if self.max_idle_per_origin > 0 {
+                    idle.insert(origin.as_str().into(), vec![entry]);
+                }
+            }
         }
     }
 
