@@ -1,5 +1,5 @@
 //! Keep-alive HTTP/1.1 connections driven inside the task that sends on them: one per
-//! closed-loop user, or borrowed from a [`ConnectionPool`] by each open-loop request.
+//! closed-loop user and one per open-loop lane.
 //!
 //! A pooled client such as hyper-util's runs every connection as a task of its own: each
 //! request crosses a channel to that task and its answer crosses back, two task wake-ups
@@ -8,7 +8,6 @@
 //! event loop); `bench/run loadgen` measures the difference.
 
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -103,35 +102,6 @@ pub struct UserConnection {
     /// deadline later is an atomic update in Tokio, whereas a timer per request is an
     /// insertion into the timer wheel and a removal from it.
     timer: Option<Pin<Box<Sleep>>>,
-}
-
-/// Idle connections to one endpoint, for requests that overlap: a request takes one (or
-/// a new one when none is idle) and gives it back when answered, so there are never more
-/// connections than requests in flight at once.
-pub struct ConnectionPool {
-    endpoint: Endpoint,
-    idle: Mutex<Vec<UserConnection>>,
-}
-
-impl ConnectionPool {
-    pub fn new(endpoint: Endpoint) -> Self {
-        Self {
-            endpoint,
-            idle: Mutex::new(Vec::new()),
-        }
-    }
-
-    pub fn take(&self) -> UserConnection {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        idle.unwrap_or_else(|| UserConnection::new(self.endpoint.clone()))
-    }
-
-    pub fn give_back(&self, connection: UserConnection) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(connection);
-    }
 }
 
 struct Open {

@@ -8,6 +8,7 @@
 //! - [`connection`]: keep-alive connections driven inside the task that sends on them;
 //! - [`record`]: a run's result per interval (outcomes, users, HDR histograms) and in
 //!   total, bounded whatever the run's length, checked when read, mergeable;
+//! - [`schedule`]: the open loop's request times, taken in order by its lanes;
 //! - [`shard`]: one generator's exact part of a profile that several drive together;
 //! - [`start`]: when a shard starts, on time or late, given the common start.
 //!
@@ -19,6 +20,7 @@ pub mod connection;
 pub mod profile;
 pub mod record;
 pub mod run;
+pub mod schedule;
 pub mod shard;
 pub mod start;
 pub mod target;

@@ -3,22 +3,61 @@
 //! *intended* send time (no coordinated omission). Every run is bounded by its duration
 //! and stops by itself.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::connection::{ConnectionPool, Reply, UserConnection};
+use crate::connection::{Reply, UserConnection};
 use crate::profile::Profile;
 pub use crate::record::MAX_TIMEOUT;
 use crate::record::{LoadRecord, LoadSummary, Outcome, Percentiles, MAX_SAMPLES};
+use crate::schedule::Schedule;
 use crate::shard::Shard;
 use crate::target::Target;
 
 /// How long a closed-loop user waits after its connection could not be made.
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// What the open loop's pacer and lanes share.
+#[derive(Default)]
+struct Lanes {
+    /// Requests whose time has come, not yet taken by a lane: their intended start.
+    due: Mutex<VecDeque<Instant>>,
+    /// One notification per request handed over.
+    handed: Notify,
+    /// Requests handed over and not yet answered.
+    in_flight: AtomicUsize,
+    /// The schedule is over: lanes stop once nothing is due.
+    over: AtomicBool,
+}
+
+impl Lanes {
+    fn due(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
+        self.due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next request due, waiting for one; `None` when the schedule is over.
+    async fn take(&self) -> Option<Instant> {
+        loop {
+            // Registered before looking, so a request handed over meanwhile wakes it.
+            let handed = self.handed.notified();
+            tokio::pin!(handed);
+            handed.as_mut().enable();
+            if let Some(intended) = self.due().pop_front() {
+                return Some(intended);
+            }
+            if self.over.load(Ordering::Acquire) {
+                return None;
+            }
+            handed.await;
+        }
+    }
+}
 
 /// Collects outcomes and latencies into the run's record as requests finish.
 #[derive(Debug)]
@@ -160,7 +199,6 @@ pub async fn run_recorded(
     let started_at_unix_ms = unix_ms(SystemTime::now());
     let empty = || LoadRecord::new(options.shard, profile, started_at_unix_ms);
     let driver = Driver {
-        pool: Arc::new(ConnectionPool::new(target.endpoint.clone())),
         target: Arc::new(target),
         recorder: Arc::new(Recorder::new(started, empty(), options.keep_samples)),
         bar: progress_bar(options.show_progress, label),
@@ -202,8 +240,6 @@ pub fn unix_ms(at: SystemTime) -> u64 {
 
 /// What the request loops share.
 struct Driver {
-    /// The open loop's requests overlap: they share a pool of connections.
-    pool: Arc<ConnectionPool>,
     target: Arc<Target>,
     recorder: Arc<Recorder>,
     bar: ProgressBar,
@@ -213,60 +249,82 @@ struct Driver {
 }
 
 impl Driver {
-    /// Open loop: requests start on a fixed schedule whatever the answers; beyond
-    /// `max_in_flight` a request is dropped (and counted) rather than queued.
+    /// Open loop: requests leave on a fixed schedule whatever the answers. This task
+    /// paces them: at each wake it hands every request whose time has come to the lanes,
+    /// then sleeps until the next one's time (one timer for the whole schedule). A lane
+    /// is a task with a connection of its own, like a closed-loop user, that sends the
+    /// requests handed to it one at a time; there are as many lanes as requests were in
+    /// flight at once. Beyond `max_in_flight`, a request is dropped (and counted) rather
+    /// than queued.
     async fn open_loop(&self, rate_per_sec: f64, max_in_flight: usize) -> JoinSet<()> {
+        let max_in_flight = max_in_flight.max(1);
+        let lanes = Arc::new(Lanes::default());
         let mut tasks = JoinSet::new();
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(max_in_flight.max(1)));
-        let interval = Duration::from_secs_f64(1.0 / rate_per_sec.max(0.001));
-        let mut k: u32 = 0;
-        loop {
-            let intended = self.started + interval * k;
-            if intended >= self.deadline {
-                break;
-            }
-            k += 1;
-            if !self.shard.sends(u64::from(k - 1)) {
+        let mut schedule = Schedule::new(self.started, self.deadline, rate_per_sec, self.shard);
+        let mut next = schedule.next();
+        let pause = tokio::time::sleep_until(self.started.into());
+        tokio::pin!(pause);
+        let mut progress = tokio::time::interval(Duration::from_millis(250));
+        while let Some(first) = next {
+            let now = Instant::now();
+            if first <= now {
+                let mut handed = 0;
+                let mut due = lanes.due();
+                while let Some(intended) = next.filter(|t| *t <= now) {
+                    if lanes.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
+                        self.recorder
+                            .request(intended, Outcome::Dropped, Duration::ZERO);
+                    } else {
+                        due.push_back(intended);
+                        handed += 1;
+                    }
+                    next = schedule.next();
+                }
+                drop(due);
+                let in_flight = lanes.in_flight.fetch_add(handed, Ordering::AcqRel) + handed;
+                // Every request in flight has a lane: a lane sends one at a time.
+                while tasks.len() < in_flight {
+                    tasks.spawn(self.lane(lanes.clone()));
+                }
+                for _ in 0..handed {
+                    lanes.handed.notify_one();
+                }
+                // Let the lanes send before the next look at the clock.
+                tokio::task::yield_now().await;
                 continue;
             }
-            // Behind schedule, send at once (a timer per request would cost more than
-            // the send).
-            if intended > Instant::now() {
-                tokio::time::sleep_until(intended.into()).await;
+            pause.as_mut().reset(first.into());
+            tokio::select! {
+                () = &mut pause => {}
+                _ = progress.tick() => {
+                    update_bar(&self.bar, &self.recorder, self.started, self.deadline, None);
+                }
             }
-            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                self.recorder
-                    .request(intended, Outcome::Dropped, Duration::ZERO);
-                continue;
-            };
-            let (pool, target, recorder) = (
-                self.pool.clone(),
-                self.target.clone(),
-                self.recorder.clone(),
-            );
-            tasks.spawn(async move {
+        }
+        lanes.over.store(true, Ordering::Release);
+        lanes.handed.notify_waiters();
+        tasks
+    }
+
+    /// One lane of the open loop: sends the requests handed to it until the schedule is
+    /// over and nothing is left to send.
+    fn lane(&self, lanes: Arc<Lanes>) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (target, recorder) = (self.target.clone(), self.recorder.clone());
+        async move {
+            let mut connection = UserConnection::new(target.endpoint.clone());
+            while let Some(intended) = lanes.take().await {
                 recorder.send(intended, intended.elapsed());
                 let outcome = match target.next_uri() {
                     Ok(path_and_query) => {
-                        let mut connection = pool.take();
-                        let reply = connection.get(path_and_query, target.timeout).await;
-                        pool.give_back(connection);
-                        target.classify(&reply)
+                        target.classify(&connection.get(path_and_query, target.timeout).await)
                     }
                     Err(_) => Outcome::Connection,
                 };
                 // Measured from the intended start: a late start counts as latency.
                 recorder.request(intended, outcome, intended.elapsed());
-                drop(permit);
-            });
-            if k.is_multiple_of(64) {
-                // Finished requests' tasks are let go as the run goes: memory stays
-                // bounded by the requests in flight, not by the run's length.
-                while tasks.try_join_next().is_some() {}
-                update_bar(&self.bar, &self.recorder, self.started, self.deadline, None);
+                lanes.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        tasks
     }
 
     /// Closed loop: the profile's users, each sending its next request when the last
@@ -425,14 +483,22 @@ mod tests {
     /// Serves every request on a loopback port with `{"partial":false}` after `handler`
     /// (which says whether to close the connection after the answer); a target there.
     async fn serve_target(handler: Handler) -> Target {
+        serve_counting_connections(handler).await.0
+    }
+
+    /// [`serve_target`], and the count of connections it accepted.
+    async fn serve_counting_connections(handler: Handler) -> (Target, Arc<AtomicUsize>) {
         use hyper::server::conn::http1;
         use hyper::service::service_fn;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
                 let service = service_fn(move |_request| async move {
                     let close = handler().await;
                     let mut answer = hyper::Response::new(http_body_util::Full::new(
@@ -450,7 +516,7 @@ mod tests {
                 tokio::spawn(http1::Builder::new().serve_connection(io, service));
             }
         });
-        target_at(addr)
+        (target_at(addr), accepted)
     }
 
     fn target_at(addr: std::net::SocketAddr) -> Target {
@@ -490,6 +556,41 @@ mod tests {
             .send_lateness_ms
             .expect("an open loop reports send lateness");
         assert!(late.max < 250.0, "{late:?}");
+    }
+
+    #[tokio::test]
+    async fn open_loop_lanes_grow_to_the_requests_in_flight_and_no_further() {
+        let profile = Profile::Arrival {
+            rate_per_sec: 100.0,
+            duration_secs: 1.0,
+            max_in_flight: 100,
+        };
+        // Instant answers: one lane sends while a spare waits for the next request.
+        let (target, connections) = serve_counting_connections(|| Box::pin(async { false })).await;
+        let summary = run(target, profile, false, "test").await;
+        assert_eq!(
+            (summary.requests, summary.successful_requests),
+            (100, 100),
+            "{summary:?}"
+        );
+        let instant = connections.load(Ordering::SeqCst);
+        assert!((1..=4).contains(&instant), "{instant} connections");
+        // Answers after 100 ms: about 10 requests in flight at once, each lane's own.
+        let (target, connections) = serve_counting_connections(|| {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                false
+            })
+        })
+        .await;
+        let summary = run(target, profile, false, "test").await;
+        assert_eq!(
+            (summary.requests, summary.successful_requests),
+            (100, 100),
+            "every request went, none was dropped: {summary:?}"
+        );
+        let slow = connections.load(Ordering::SeqCst);
+        assert!((9..=25).contains(&slow), "{slow} connections");
     }
 
     /// Requests being answered now, and the most at once (one test uses them).
