@@ -268,20 +268,24 @@ impl Driver {
         while let Some(first) = next {
             let now = Instant::now();
             if first <= now {
-                let mut handed = 0;
-                let mut due = lanes.due();
-                while let Some(intended) = next.filter(|t| *t <= now) {
-                    if lanes.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
-                        self.recorder
-                            .request(intended, Outcome::Dropped, Duration::ZERO);
-                    } else {
-                        due.push_back(intended);
-                        handed += 1;
+                let (handed, in_flight) = {
+                    let mut due = lanes.due();
+                    let mut handed = 0;
+                    while let Some(intended) = next.filter(|t| *t <= now) {
+                        if lanes.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
+                            self.recorder
+                                .request(intended, Outcome::Dropped, Duration::ZERO);
+                        } else {
+                            due.push_back(intended);
+                            handed += 1;
+                        }
+                        next = schedule.next();
                     }
-                    next = schedule.next();
-                }
-                drop(due);
-                let in_flight = lanes.in_flight.fetch_add(handed, Ordering::AcqRel) + handed;
+                    // Counted before a lane can take them (under the same lock), so a
+                    // lane's answer never comes off the count before they are on it.
+                    let before = lanes.in_flight.fetch_add(handed, Ordering::AcqRel);
+                    (handed, before + handed)
+                };
                 // Every request in flight has a lane: a lane sends one at a time.
                 while tasks.len() < in_flight {
                     tasks.spawn(self.lane(lanes.clone()));
@@ -565,7 +569,8 @@ mod tests {
             duration_secs: 1.0,
             max_in_flight: 100,
         };
-        // Instant answers: one lane sends while a spare waits for the next request.
+        // Instant answers: one request in flight at a time, so one lane and connection
+        // (a few if the machine stalls and several requests come due at once).
         let (target, connections) = serve_counting_connections(|| Box::pin(async { false })).await;
         let summary = run(target, profile, false, "test").await;
         assert_eq!(
