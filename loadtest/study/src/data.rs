@@ -8,7 +8,7 @@ use dronelab_contract::cosmos::{summary_id, utilization_id};
 use dronelab_contract::Container;
 use rand::Rng;
 use serde_json::{json, Value};
-use std::fmt::Write as _;
+use std::fmt::Write;
 
 /// The most recent month of data; earlier months count back from it.
 const LAST_YEAR: u32 = 2026;
@@ -59,12 +59,26 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// Owner number `n`'s id, `o00042`, written wherever it is formatted.
+/// Owner number `n`'s id, `o00042`: an `o` and at least five digits.
 struct OwnerId(usize);
+
+impl OwnerId {
+    /// Writes the id without `fmt`'s padding machinery (the load generator writes one
+    /// per request into a `String`, where this cannot fail).
+    fn write_into(&self, out: &mut impl Write) -> std::fmt::Result {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(self.0);
+        out.write_char('o')?;
+        for _ in digits.len()..5 {
+            out.write_char('0')?;
+        }
+        out.write_str(digits)
+    }
+}
 
 impl std::fmt::Display for OwnerId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "o{:05}", self.0)
+        self.write_into(f)
     }
 }
 
@@ -271,11 +285,15 @@ impl loadgen::Requests for OwnerMonths {
             }
         };
         let (year, month) = DataSet::month(month_index);
-        // One allocation per request: the owner id is written in place, not made apart.
+        // One allocation per request, and no `fmt`: the parts are written in place.
         let mut path = String::with_capacity(self.path.len() + 40);
         path.push_str(&self.path);
-        let owner = OwnerId(owner);
-        let _ = write!(path, "?ownerId={owner}&year={year}&month={month}");
+        path.push_str("?ownerId=");
+        let _ = OwnerId(owner).write_into(&mut path);
+        path.push_str("&year=");
+        path.push_str(itoa::Buffer::new().format(year));
+        path.push_str("&month=");
+        path.push_str(itoa::Buffer::new().format(month));
         path
     }
 }
@@ -322,6 +340,17 @@ mod tests {
             assert_eq!(request.year.get(), 2026);
             assert!([11, 12].contains(&request.month.get()), "{path}");
         }
+    }
+
+    #[test]
+    fn owner_ids_have_an_o_and_at_least_five_digits() {
+        let ids: Vec<String> = [0, 7, 42, 99_999, 100_000, 1_234_567]
+            .map(DataSet::owner_id)
+            .into();
+        assert_eq!(
+            ids,
+            ["o00000", "o00007", "o00042", "o99999", "o100000", "o1234567"]
+        );
     }
 
     #[test]
