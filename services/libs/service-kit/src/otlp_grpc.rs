@@ -10,6 +10,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 use prost::Message as _;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -21,18 +22,29 @@ const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/
 const RETRIES: u32 = 3;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Sends span batches to an OTLP/gRPC endpoint (`http://host:port`); each export,
-/// retries included, ends within `timeout`.
+/// Sends span batches to an OTLP/gRPC endpoint (`http://host:port`) with `headers` on
+/// every request; each export, retries included, ends within `timeout`.
 #[derive(Debug)]
 pub(crate) struct GrpcSpanExporter {
     channel: Channel,
     timeout: Duration,
+    headers: MetadataMap,
     resource: Resource,
 }
 
 impl GrpcSpanExporter {
     /// Connects lazily (at the first export), so it must be made inside a Tokio runtime.
-    pub(crate) fn new(endpoint: &str, timeout: Duration) -> Result<Self, String> {
+    pub(crate) fn new(
+        endpoint: &str,
+        timeout: Duration,
+        headers: MetadataMap,
+    ) -> Result<Self, String> {
+        if endpoint.starts_with("https://") {
+            // Said now rather than at every export: tonic is built here without TLS.
+            return Err(format!(
+                "{endpoint:?}: OTLP/gRPC is sent over plain http:// only (TLS is not built in)"
+            ));
+        }
         let channel = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| format!("{endpoint:?} is not an OTLP endpoint URL: {e}"))?
             .connect_timeout(timeout)
@@ -40,6 +52,7 @@ impl GrpcSpanExporter {
         Ok(Self {
             channel,
             timeout,
+            headers,
             resource: Resource::builder_empty().build(),
         })
     }
@@ -50,6 +63,7 @@ impl GrpcSpanExporter {
             .await
             .map_err(|e| Status::unavailable(format!("the collector is not ready: {e}")))?;
         let mut call = tonic::Request::new(request.clone());
+        *call.metadata_mut() = self.headers.clone();
         call.set_timeout(self.timeout);
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
         let answer = grpc.unary(call, path, RawExportCodec).await?.into_inner();
@@ -61,6 +75,38 @@ impl GrpcSpanExporter {
             _ => Ok(()),
         }
     }
+}
+
+/// The headers for every export request from `OTEL_EXPORTER_OTLP_HEADERS` and then
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (given here), which wins for a key both name:
+/// `key=value` pairs separated by commas, each value percent-encoded. An entry that is
+/// not a valid header is an error naming its key and place; the values are never
+/// shown, as they usually hold credentials.
+pub(crate) fn export_headers(lists: [(&str, Option<&str>); 2]) -> Result<MetadataMap, String> {
+    let mut headers = MetadataMap::new();
+    for (variable, list) in lists {
+        let entries = list.into_iter().flat_map(|l| l.split(','));
+        for (place, entry) in entries.enumerate().filter(|(_, e)| !e.trim().is_empty()) {
+            let place = place + 1;
+            let Some((key, value)) = entry.split_once('=') else {
+                return Err(format!("{variable}: entry {place} is not key=value"));
+            };
+            let key = key.trim();
+            let name = MetadataKey::from_bytes(key.as_bytes())
+                .map_err(|_| format!("{variable}: {key:?} (entry {place}) is not a header name"))?;
+            let value = percent_encoding::percent_decode_str(value.trim())
+                .decode_utf8()
+                .ok()
+                .and_then(|v| MetadataValue::try_from(v.as_ref()).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{variable}: the value of {key:?} (entry {place}) is not a header value"
+                    )
+                })?;
+            headers.insert(name, value);
+        }
+    }
+    Ok(headers)
 }
 
 /// Whether a failed export may succeed if sent again (the OTLP specification's list;
@@ -147,5 +193,133 @@ impl Decoder for RawExportCodec {
         ExportTraceServiceResponse::decode(src)
             .map(Some)
             .map_err(|e| Status::internal(format!("the collector's answer: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GENERIC: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+    const TRACES: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+
+    fn headers(generic: Option<&str>, traces: Option<&str>) -> Result<MetadataMap, String> {
+        export_headers([(GENERIC, generic), (TRACES, traces)])
+    }
+
+    fn value<'a>(headers: &'a MetadataMap, key: &str) -> Option<&'a str> {
+        headers.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn headers_are_decoded_and_the_traces_list_wins_for_a_key_both_name() {
+        let h = headers(
+            Some(" X-Api-Key = k%3Dey ,authorization=Bearer%20one,"),
+            Some("authorization=Basic%20two, tenant=t1"),
+        )
+        .expect("valid lists");
+        assert_eq!(value(&h, "x-api-key"), Some("k=ey"));
+        assert_eq!(value(&h, "authorization"), Some("Basic two"));
+        assert_eq!(value(&h, "tenant"), Some("t1"));
+        assert_eq!(h.len(), 3);
+        assert!(headers(None, Some(" , ")).expect("empty").is_empty());
+    }
+
+    #[test]
+    fn a_bad_entry_is_an_error_naming_its_place_and_key_but_not_its_value() {
+        let cases = [
+            (
+                Some("a=1,s3cr3t"),
+                None,
+                GENERIC,
+                "entry 2 is not key=value",
+            ),
+            (
+                None,
+                Some("bad key=s3cr3t"),
+                TRACES,
+                "\"bad key\" (entry 1)",
+            ),
+            (
+                Some("k=%FFs3cr3t"),
+                None,
+                GENERIC,
+                "value of \"k\" (entry 1)",
+            ),
+            (
+                None,
+                Some("k=a%0As3cr3t"),
+                TRACES,
+                "value of \"k\" (entry 1)",
+            ),
+        ];
+        for (generic, traces, variable, expected) in cases {
+            let error = headers(generic, traces).expect_err("invalid");
+            assert!(error.starts_with(variable), "{error}");
+            assert!(error.contains(expected), "{error}");
+            assert!(!error.contains("s3cr3t"), "a value leaked: {error}");
+        }
+    }
+
+    /// A collector on loopback (HTTP/2 without TLS) that answers every export with an
+    /// empty success and keeps the `authorization` header of each request.
+    async fn collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<Option<String>>) {
+        use axum::body::Body;
+        use axum::http::{HeaderMap, HeaderValue};
+        use http_body_util::StreamBody;
+        use hyper::body::Frame;
+
+        let (seen, received) = tokio::sync::mpsc::unbounded_channel();
+        let export = move |headers: HeaderMap| {
+            let authorization = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let _ = seen.send(authorization);
+            async {
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                // One uncompressed, empty message: the default ExportTraceServiceResponse.
+                let frames = [
+                    Frame::data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0])),
+                    Frame::trailers(trailers),
+                ];
+                let body = StreamBody::new(futures::stream::iter(
+                    frames.map(Ok::<_, std::convert::Infallible>),
+                ));
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/grpc")],
+                    Body::new(body),
+                )
+            }
+        };
+        let app = axum::Router::new().route(EXPORT_PATH, axum::routing::post(export));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{address}"), received)
+    }
+
+    #[tokio::test]
+    async fn every_export_request_carries_the_headers() {
+        let (endpoint, mut received) = collector().await;
+        let headers =
+            headers(Some("authorization=Bearer%20t0ken"), None).expect("valid header list");
+        let exporter =
+            GrpcSpanExporter::new(&endpoint, Duration::from_secs(5), headers).expect("exporter");
+        for _ in 0..2 {
+            exporter.export(Vec::new()).await.expect("exported");
+            assert_eq!(received.recv().await, Some(Some("Bearer t0ken".to_owned())));
+        }
+        let bare = GrpcSpanExporter::new(&endpoint, Duration::from_secs(5), MetadataMap::new())
+            .expect("exporter");
+        let tls =
+            GrpcSpanExporter::new("https://c:4317", Duration::from_secs(5), MetadataMap::new())
+                .expect_err("TLS is not built in");
+        assert!(tls.contains("plain http://"), "{tls}");
+        bare.export(Vec::new()).await.expect("exported");
+        assert_eq!(received.recv().await, Some(None));
     }
 }

@@ -17,8 +17,9 @@ use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
+use tonic::metadata::MetadataMap;
 
-use crate::otlp_grpc::GrpcSpanExporter;
+use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
@@ -32,6 +33,8 @@ pub enum TelemetryError {
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
     #[error("could not build the OTLP exporter: {0}")]
     Endpoint(String),
+    #[error("the OTLP export headers: {0}")]
+    Headers(String),
     #[error("could not start the span export thread: {0}")]
     ExportThread(#[from] std::io::Error),
 }
@@ -41,6 +44,33 @@ pub enum TelemetryError {
 pub enum OtlpProtocol {
     Grpc,
     HttpProtobuf,
+}
+
+/// Where spans are exported: the collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT`;
+/// over HTTP, `/v1/traces` is added), or the traces URL itself
+/// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as given), as the OTLP exporter
+/// specification has them.
+#[derive(Debug)]
+enum Destination {
+    Base(Option<String>),
+    Traces(String),
+}
+
+impl Destination {
+    /// The URL spans are sent to over `protocol`.
+    fn url(self, protocol: OtlpProtocol) -> String {
+        match (self, protocol) {
+            (Self::Traces(url) | Self::Base(Some(url)), OtlpProtocol::Grpc) => url,
+            (Self::Base(None), OtlpProtocol::Grpc) => DEFAULT_GRPC_ENDPOINT.to_owned(),
+            (Self::Traces(url), OtlpProtocol::HttpProtobuf) => url,
+            (Self::Base(base), OtlpProtocol::HttpProtobuf) => format!(
+                "{}/v1/traces",
+                base.as_deref()
+                    .unwrap_or(DEFAULT_HTTP_ENDPOINT)
+                    .trim_end_matches('/')
+            ),
+        }
+    }
 }
 
 /// A service's tracer and the provider behind it (flushed on shutdown).
@@ -73,6 +103,8 @@ pub const ENVIRONMENT: &[&str] = &[
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
     "OTEL_TRACES_SAMPLER",
@@ -127,12 +159,28 @@ impl Telemetry {
             Some("http/protobuf") => OtlpProtocol::HttpProtobuf,
             Some(other) => return Err(TelemetryError::UnsupportedProtocol(other.to_owned())),
         };
-        let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT");
+        let destination = match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            Some(url) => Destination::Traces(url),
+            None => Destination::Base(env("OTEL_EXPORTER_OTLP_ENDPOINT")),
+        };
+        // Checked for both protocols; the HTTP exporter reads them again itself.
+        let headers = export_headers([
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                env("OTEL_EXPORTER_OTLP_HEADERS").as_deref(),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                env("OTEL_EXPORTER_OTLP_TRACES_HEADERS").as_deref(),
+            ),
+        ])
+        .map_err(TelemetryError::Headers)?;
         Self::otlp(
             resource(default_service_name, attributes),
             default_service_name,
             protocol,
-            endpoint.as_deref(),
+            destination,
+            headers,
         )
     }
 
@@ -145,31 +193,38 @@ impl Telemetry {
         let resource = Resource::builder_empty()
             .with_service_name(service_name.to_owned())
             .build();
-        Self::otlp(resource, service_name, protocol, Some(endpoint))
+        let destination = Destination::Base(Some(endpoint.to_owned()));
+        Self::otlp(
+            resource,
+            service_name,
+            protocol,
+            destination,
+            MetadataMap::new(),
+        )
     }
 
     fn otlp(
         resource: Resource,
         scope_name: &str,
         protocol: OtlpProtocol,
-        endpoint: Option<&str>,
+        destination: Destination,
+        headers: MetadataMap,
     ) -> Result<Self, TelemetryError> {
         let settings = BatchSettings::from_env();
         let spans = SpanCounts::default();
+        let url = destination.url(protocol);
         let processor = match protocol {
             OtlpProtocol::Grpc => {
-                let endpoint = endpoint.unwrap_or(DEFAULT_GRPC_ENDPOINT).to_owned();
                 let build = move || {
-                    GrpcSpanExporter::new(&endpoint, export_timeout())
+                    GrpcSpanExporter::new(&url, export_timeout(), headers)
                         .map_err(TelemetryError::Endpoint)
                 };
                 CountingBatchProcessor::on_own_runtime(build, settings, spans.clone())?
             }
             OtlpProtocol::HttpProtobuf => {
-                let base = endpoint.unwrap_or(DEFAULT_HTTP_ENDPOINT);
                 let exporter = SpanExporter::builder()
                     .with_http()
-                    .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
+                    .with_endpoint(url)
                     .build()?;
                 CountingBatchProcessor::new(exporter, settings, spans.clone())
             }
@@ -389,6 +444,22 @@ fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
 mod tests {
     use super::*;
     use opentelemetry::trace::{SpanId, TraceId, TraceState};
+
+    #[test]
+    fn the_traces_endpoint_is_used_as_given_and_the_base_one_gets_the_signal_path() {
+        use OtlpProtocol::{Grpc, HttpProtobuf};
+        let traces = || Destination::Traces("http://c:4318/custom/path".to_owned());
+        let base = || Destination::Base(Some("http://c:4318/".to_owned()));
+        assert_eq!(traces().url(HttpProtobuf), "http://c:4318/custom/path");
+        assert_eq!(base().url(HttpProtobuf), "http://c:4318/v1/traces");
+        assert_eq!(
+            Destination::Base(None).url(HttpProtobuf),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(traces().url(Grpc), "http://c:4318/custom/path");
+        assert_eq!(base().url(Grpc), "http://c:4318/");
+        assert_eq!(Destination::Base(None).url(Grpc), "http://127.0.0.1:4317");
+    }
 
     fn context(trace: u128, span: u64, flags: TraceFlags, state: &str) -> Context {
         let state = TraceState::from_key_value(
