@@ -564,37 +564,34 @@ mod tests {
 
     #[tokio::test]
     async fn open_loop_lanes_grow_to_the_requests_in_flight_and_no_further() {
-        let profile = Profile::Arrival {
-            rate_per_sec: 100.0,
-            duration_secs: 1.0,
-            max_in_flight: 100,
-        };
+        // 100 requests at 100/s, every one sent and answered; the connections it took.
+        async fn connections_for_all(handler: Handler) -> usize {
+            let (target, connections) = serve_counting_connections(handler).await;
+            let profile = Profile::Arrival {
+                rate_per_sec: 100.0,
+                duration_secs: 1.0,
+                max_in_flight: 100,
+            };
+            let summary = run(target, profile, false, "test").await;
+            assert_eq!(
+                (summary.requests, summary.successful_requests),
+                (100, 100),
+                "every request went, none was dropped: {summary:?}"
+            );
+            connections.load(Ordering::SeqCst)
+        }
         // Instant answers: one request in flight at a time, so one lane and connection
         // (a few if the machine stalls and several requests come due at once).
-        let (target, connections) = serve_counting_connections(|| Box::pin(async { false })).await;
-        let summary = run(target, profile, false, "test").await;
-        assert_eq!(
-            (summary.requests, summary.successful_requests),
-            (100, 100),
-            "{summary:?}"
-        );
-        let instant = connections.load(Ordering::SeqCst);
+        let instant = connections_for_all(|| Box::pin(async { false })).await;
         assert!((1..=4).contains(&instant), "{instant} connections");
         // Answers after 100 ms: about 10 requests in flight at once, each lane's own.
-        let (target, connections) = serve_counting_connections(|| {
+        let slow = connections_for_all(|| {
             Box::pin(async {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 false
             })
         })
         .await;
-        let summary = run(target, profile, false, "test").await;
-        assert_eq!(
-            (summary.requests, summary.successful_requests),
-            (100, 100),
-            "every request went, none was dropped: {summary:?}"
-        );
-        let slow = connections.load(Ordering::SeqCst);
         assert!((9..=25).contains(&slow), "{slow} connections");
     }
 
