@@ -4,6 +4,7 @@
 //! and stops by itself.
 
 use std::collections::VecDeque;
+use std::iter::Peekable;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -39,6 +40,35 @@ struct Lanes {
 impl Lanes {
     fn due(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
         self.due.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands every request of `schedule` whose time has come to the lanes, or drops (and
+    /// records) it when `max_in_flight` are in flight; returns how many are in flight.
+    fn hand_over(
+        &self,
+        schedule: &mut Peekable<Schedule>,
+        max_in_flight: usize,
+        recorder: &Recorder,
+    ) -> usize {
+        let now = Instant::now();
+        let mut due = self.due();
+        let mut handed = 0;
+        while let Some(intended) = schedule.next_if(|t| *t <= now) {
+            if self.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
+                recorder.request(intended, Outcome::Dropped, Duration::ZERO);
+            } else {
+                due.push_back(intended);
+                handed += 1;
+            }
+        }
+        // Counted before a lane can take them (under the same lock), so a lane's answer
+        // never comes off the count before they are on it.
+        let in_flight = self.in_flight.fetch_add(handed, Ordering::AcqRel) + handed;
+        drop(due);
+        for _ in 0..handed {
+            self.handed.notify_one();
+        }
+        in_flight
     }
 
     /// The next request due, waiting for one; `None` when the schedule is over.
@@ -260,38 +290,17 @@ impl Driver {
         let max_in_flight = max_in_flight.max(1);
         let lanes = Arc::new(Lanes::default());
         let mut tasks = JoinSet::new();
-        let mut schedule = Schedule::new(self.started, self.deadline, rate_per_sec, self.shard);
-        let mut next = schedule.next();
+        let mut schedule =
+            Schedule::new(self.started, self.deadline, rate_per_sec, self.shard).peekable();
         let pause = tokio::time::sleep_until(self.started.into());
         tokio::pin!(pause);
         let mut progress = tokio::time::interval(Duration::from_millis(250));
-        while let Some(first) = next {
-            let now = Instant::now();
-            if first <= now {
-                let (handed, in_flight) = {
-                    let mut due = lanes.due();
-                    let mut handed = 0;
-                    while let Some(intended) = next.filter(|t| *t <= now) {
-                        if lanes.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
-                            self.recorder
-                                .request(intended, Outcome::Dropped, Duration::ZERO);
-                        } else {
-                            due.push_back(intended);
-                            handed += 1;
-                        }
-                        next = schedule.next();
-                    }
-                    // Counted before a lane can take them (under the same lock), so a
-                    // lane's answer never comes off the count before they are on it.
-                    let before = lanes.in_flight.fetch_add(handed, Ordering::AcqRel);
-                    (handed, before + handed)
-                };
+        while let Some(&first) = schedule.peek() {
+            if first <= Instant::now() {
+                let in_flight = lanes.hand_over(&mut schedule, max_in_flight, &self.recorder);
                 // Every request in flight has a lane: a lane sends one at a time.
                 while tasks.len() < in_flight {
                     tasks.spawn(self.lane(lanes.clone()));
-                }
-                for _ in 0..handed {
-                    lanes.handed.notify_one();
                 }
                 // Let the lanes send before the next look at the clock.
                 tokio::task::yield_now().await;

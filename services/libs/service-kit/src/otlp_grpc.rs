@@ -77,15 +77,22 @@ impl GrpcSpanExporter {
     }
 }
 
-/// The headers for every export request from `OTEL_EXPORTER_OTLP_HEADERS` and then
-/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (given here), which wins for a key both name:
-/// `key=value` pairs separated by commas, each value percent-encoded. An entry that is
-/// not a valid header is an error naming its key and place; the values are never
-/// shown, as they usually hold credentials.
-pub(crate) fn export_headers(lists: [(&str, Option<&str>); 2]) -> Result<MetadataMap, String> {
+/// The variables that name headers for every export request, in order: the traces one
+/// wins for a key both name.
+pub(crate) const HEADER_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+];
+
+/// The headers for every export request, from [`HEADER_VARIABLES`] as `read` gives
+/// them: `key=value` pairs separated by commas, each value percent-encoded. An entry
+/// that is not a valid header is an error naming its key and place; the values are
+/// never shown, as they usually hold credentials.
+pub(crate) fn export_headers(read: impl Fn(&str) -> Option<String>) -> Result<MetadataMap, String> {
     let mut headers = MetadataMap::new();
-    for (variable, list) in lists {
-        let entries = list.into_iter().flat_map(|l| l.split(','));
+    for variable in HEADER_VARIABLES {
+        let list = read(variable);
+        let entries = list.iter().flat_map(|l| l.split(','));
         for (place, entry) in entries.enumerate().filter(|(_, e)| !e.trim().is_empty()) {
             let place = place + 1;
             let Some((key, value)) = entry.split_once('=') else {
@@ -200,11 +207,15 @@ impl Decoder for RawExportCodec {
 mod tests {
     use super::*;
 
-    const GENERIC: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-    const TRACES: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+    const GENERIC: &str = HEADER_VARIABLES[0];
+    const TRACES: &str = HEADER_VARIABLES[1];
 
     fn headers(generic: Option<&str>, traces: Option<&str>) -> Result<MetadataMap, String> {
-        export_headers([(GENERIC, generic), (TRACES, traces)])
+        export_headers(|variable| match variable {
+            GENERIC => generic.map(str::to_owned),
+            TRACES => traces.map(str::to_owned),
+            _ => None,
+        })
     }
 
     fn value<'a>(headers: &'a MetadataMap, key: &str) -> Option<&'a str> {

@@ -164,17 +164,7 @@ impl Telemetry {
             None => Destination::Base(env("OTEL_EXPORTER_OTLP_ENDPOINT")),
         };
         // Checked for both protocols; the HTTP exporter reads them again itself.
-        let headers = export_headers([
-            (
-                "OTEL_EXPORTER_OTLP_HEADERS",
-                env("OTEL_EXPORTER_OTLP_HEADERS").as_deref(),
-            ),
-            (
-                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                env("OTEL_EXPORTER_OTLP_TRACES_HEADERS").as_deref(),
-            ),
-        ])
-        .map_err(TelemetryError::Headers)?;
+        let headers = export_headers(env).map_err(TelemetryError::Headers)?;
         Self::otlp(
             resource(default_service_name, attributes),
             default_service_name,
