@@ -10,6 +10,7 @@ mod otlp_grpc;
 pub mod problem;
 pub mod server;
 pub mod span_batch;
+mod span_events;
 pub mod telemetry;
 
 pub use problem::Problem;

@@ -16,7 +16,7 @@ use axum::Router;
 use dronelab_contract::routes;
 use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanRef, TraceContextExt};
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -24,12 +24,12 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument as _;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::metrics::{
     method_label, HttpServerMetrics, MetricsRegistry, RequestLabels, RouteLabels,
 };
 use crate::problem::Problem;
+use crate::span_events;
 use crate::telemetry::{Telemetry, W3cTraceparent, REQUEST_SPAN, REQUEST_SPAN_TARGET};
 
 /// Tracing and metrics of one service.
@@ -137,27 +137,34 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &W3cTraceparent)
     }
 }
 
-/// The request's server span, a `tracing` span that tracing-opentelemetry exports as the
-/// OpenTelemetry server span (`otel.*` fields set its name and kind). Its only `tracing`
-/// fields are those a log line inside the request shows (name, trace and span id): the
-/// log layer formats every field of every request span, traced or not, so the HTTP
-/// conventions' attributes go to the OpenTelemetry span alone ([`describe_request`]).
-fn request_span(method: &str, route: &str) -> tracing::Span {
-    tracing::info_span!(
-        target: REQUEST_SPAN_TARGET,
-        REQUEST_SPAN,
-        otel.name = server_span(if method == "_OTHER" { "HTTP" } else { method }, route),
-        otel.kind = "server",
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
-    )
+/// The request's server span, made through the OpenTelemetry API with the HTTP server
+/// conventions' attributes, as a child of the caller's W3C context; with tracing off, an
+/// empty context.
+fn start_server_span(
+    telemetry: &Telemetry,
+    request: &Request,
+    method: &'static str,
+    route: &str,
+) -> Context {
+    if !telemetry.enabled() {
+        return Context::new();
+    }
+    let parent = telemetry.extract(request.headers());
+    let tracer = telemetry.tracer();
+    let span = tracer
+        .span_builder(server_span(
+            if method == "_OTHER" { "HTTP" } else { method },
+            route,
+        ))
+        .with_kind(SpanKind::Server)
+        .with_attributes(request_attributes(request, method, route))
+        .start_with_context(tracer, &parent);
+    parent.with_span(span)
 }
 
-/// The OpenTelemetry HTTP server conventions' attributes of a traced request's span, set
-/// in one go on the OpenTelemetry span (through the `tracing` span, each would take the
-/// subscriber's lookup and the span's lock apart).
-fn describe_request(span: &SpanRef<'_>, request: &Request, method: &'static str, route: &str) {
-    let mut attributes = Vec::with_capacity(7);
+/// The OpenTelemetry HTTP server conventions' attributes of a request.
+fn request_attributes(request: &Request, method: &'static str, route: &str) -> Vec<KeyValue> {
+    let mut attributes = Vec::with_capacity(8);
     attributes.extend([
         KeyValue::new(attribute::HTTP_REQUEST_METHOD, method),
         KeyValue::new(attribute::HTTP_ROUTE, route.to_owned()),
@@ -186,7 +193,20 @@ fn describe_request(span: &SpanRef<'_>, request: &Request, method: &'static str,
             None => attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned())),
         }
     }
-    span.set_attributes(attributes);
+    attributes
+}
+
+/// The `tracing` span a request is served in, for its log lines: they show its trace and
+/// span id, and join its server span as events ([`span_events::attach`]).
+fn request_log_span(dispatch: &tracing::Dispatch, ids: Option<&W3cTraceparent>) -> tracing::Span {
+    tracing::dispatcher::with_default(dispatch, || {
+        tracing::info_span!(
+            target: REQUEST_SPAN_TARGET,
+            REQUEST_SPAN,
+            trace_id = ids.map(|ids| tracing::field::display(ids.trace_id())),
+            span_id = ids.map(|ids| tracing::field::display(ids.span_id())),
+        )
+    })
 }
 
 /// Serves each request in its server span (W3C context in, trace id out in
@@ -210,18 +230,15 @@ async fn observe(
     }
     let telemetry = &instrumentation.telemetry;
     let dispatch = telemetry.dispatch();
-    let span = tracing::dispatcher::with_default(dispatch, || request_span(method, &route));
-    let _ = span.set_parent(telemetry.extract(request.headers()));
-    let cx = span.context();
+    let cx = start_server_span(telemetry, &request, method, &route);
     let ids = {
         let span = cx.span();
         let context = span.span_context();
         context.is_valid().then(|| W3cTraceparent::of(context))
     };
-    if let Some(ids) = &ids {
-        span.record("trace_id", tracing::field::display(ids.trace_id()));
-        span.record("span_id", tracing::field::display(ids.span_id()));
-        describe_request(&cx.span(), &request, method, &route);
+    let span = request_log_span(dispatch, ids.as_ref());
+    if ids.is_some() {
+        span_events::attach(&span, cx.clone());
     }
     request.extensions_mut().insert(RequestContext(cx.clone()));
     let labels = RouteLabels {
@@ -238,8 +255,8 @@ async fn observe(
     active.dec();
 
     let status = response.status();
+    let server_span = cx.span();
     if let Some(ids) = &ids {
-        let server_span = cx.span();
         server_span.set_attribute(KeyValue::new(
             attribute::HTTP_RESPONSE_STATUS_CODE,
             i64::from(status.as_u16()),
@@ -270,6 +287,8 @@ async fn observe(
             );
         })
     });
+    // After the last log line, which joins the span as an event.
+    server_span.end();
     response
 }
 

@@ -15,12 +15,13 @@ use opentelemetry::trace::{
 use opentelemetry::Context;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
 
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
+use crate::span_events::SpanEvents;
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
 const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
@@ -247,7 +248,7 @@ impl Telemetry {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(NoopTracer::new()))),
             provider: None,
-            dispatch: dispatch(None),
+            dispatch: dispatch(false),
             propagator: Arc::new(TraceContextPropagator::new()),
             spans: SpanCounts::default(),
         }
@@ -258,7 +259,7 @@ impl Telemetry {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             provider: Some(provider),
-            dispatch: dispatch(Some(tracer)),
+            dispatch: dispatch(true),
             propagator: Arc::new(TraceContextPropagator::new()),
             spans,
         }
@@ -271,8 +272,7 @@ impl Telemetry {
     }
 
     /// Where this service's `tracing` spans and events go: its log lines (`RUST_LOG`,
-    /// `LOG_FORMAT`) and, through tracing-opentelemetry, its OpenTelemetry traces — same
-    /// provider as every other span of the service. A service binary makes it the global
+    /// `LOG_FORMAT`) and, for the events logged inside a request, its server span. A service binary makes it the global
     /// default; requests run under it, so several services in one test process keep
     /// their traces apart.
     pub fn dispatch(&self) -> &tracing::Dispatch {
@@ -404,30 +404,20 @@ fn request_spans() -> tracing_subscriber::filter::FilterFn {
     })
 }
 
-/// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with a tracer,
-/// tracing-opentelemetry turning spans into OpenTelemetry spans and events into span
-/// events. Request spans pass both filters whatever `RUST_LOG` says:
-/// traces must not depend on the log level, nor log lines lose their trace id.
-fn dispatch(tracer: Option<SdkTracer>) -> tracing::Dispatch {
+/// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with tracing
+/// on, the events logged inside a request as events of its OpenTelemetry server span
+/// ([`SpanEvents`]). Request spans pass both filters whatever `RUST_LOG` says: log
+/// lines must not lose their trace id, nor traces the events logged in them.
+fn dispatch(traced: bool) -> tracing::Dispatch {
     use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
     let logs =
         lifecycle::log_layer().with_filter(lifecycle::env_filter("info").or(request_spans()));
-    let traces = tracer.map(|tracer| {
-        tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            // Contexts are passed explicitly; lean spans (no source location, thread,
-            // target or busy/idle attributes).
-            .with_context_activation(false)
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_target(false)
-            .with_filter(lifecycle::env_filter("info").or(request_spans()))
-    });
-    tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(traces))
+    let events =
+        traced.then(|| SpanEvents.with_filter(lifecycle::env_filter("info").or(request_spans())));
+    tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(events))
 }
 
 #[cfg(test)]
