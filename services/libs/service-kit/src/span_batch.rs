@@ -127,7 +127,10 @@ enum Control {
 /// Batches ended spans to an exporter on a thread of its own, counting drops.
 #[derive(Debug)]
 pub struct CountingBatchProcessor {
-    spans: SyncSender<SpanData>,
+    /// Boxed: the channel sets aside a slot per span it can hold, and 16,384 slots of
+    /// `SpanData` (352 bytes) were 5.8 MB that every span's copy in and out went through,
+    /// against 256 KB of pointers.
+    spans: SyncSender<Box<SpanData>>,
     control: Mutex<mpsc::Sender<Control>>,
     counts: SpanCounts,
     /// Spans queued since the export thread last looked; at a batch's worth it is woken.
@@ -266,7 +269,7 @@ impl SpanProcessor for CountingBatchProcessor {
     fn on_end(&self, span: SpanData) {
         self.counts.ended.inc();
         // Full, or the export thread is gone: either way the span is lost.
-        if self.spans.try_send(span).is_err() {
+        if self.spans.try_send(Box::new(span)).is_err() {
             self.counts.dropped.inc();
         } else if self.queued.fetch_add(1, Ordering::Relaxed) + 1 == self.wake_at {
             self.wake_export_thread();
@@ -298,7 +301,7 @@ impl SpanProcessor for CountingBatchProcessor {
 
 /// The export thread's ends of the channels.
 struct ExportQueue {
-    spans: Receiver<SpanData>,
+    spans: Receiver<Box<SpanData>>,
     inbox: Receiver<Control>,
     queued: Arc<AtomicUsize>,
 }
@@ -390,10 +393,10 @@ fn drain<E: SpanExporter>(
 }
 
 /// Moves queued spans into `batch` until it holds `max` or the queue is empty.
-fn take_queued(queue: &Receiver<SpanData>, batch: &mut Vec<SpanData>, max: usize) -> Taken {
+fn take_queued(queue: &Receiver<Box<SpanData>>, batch: &mut Vec<SpanData>, max: usize) -> Taken {
     while batch.len() < max {
         match queue.try_recv() {
-            Ok(span) => batch.push(span),
+            Ok(span) => batch.push(*span),
             Err(TryRecvError::Empty) => return Taken::QueueEmpty,
             Err(TryRecvError::Disconnected) => return Taken::Closed,
         }
