@@ -7,10 +7,12 @@
 //!
 //! Sizing (`OTEL_BSP_*`, the standard variables; dronelab's defaults where unset): a
 //! batch leaves every 200 ms or at 2,048 spans, whichever comes first, from a queue of
-//! 16,384. A gateway answering 11,000 invoices/s makes ~44,000 spans/s (its server span
-//! and three client spans each): 200 ms of them is ~8,800, half the queue, leaving room
-//! for an export that takes as long again. The SDK's defaults (5 s, 512, 2,048) drop
-//! above ~400 spans/s.
+//! 32,768. A gateway answering 11,000 invoices/s makes ~44,000 spans/s (its server span
+//! and three client spans each): 200 ms of them is ~8,800, a quarter of the queue,
+//! leaving room for an export that takes three times as long (a collector on a busy
+//! core: with 16,384, one `bench/run` lost 6,105 of 1.2 million spans). The queue holds
+//! pointers, so the room costs 512 KB, not the spans'. The SDK's defaults (5 s, 512,
+//! 2,048) drop above ~400 spans/s.
 //!
 //! Ending a span does not wake the export thread: it sleeps out the schedule's delay and
 //! is woken early only when a batch's worth has queued, or to answer a flush or a
@@ -82,7 +84,7 @@ pub struct BatchSettings {
 impl Default for BatchSettings {
     fn default() -> Self {
         Self {
-            max_queue_size: 16_384,
+            max_queue_size: 32_768,
             max_export_batch_size: 2_048,
             schedule_delay: Duration::from_millis(200),
         }
@@ -128,8 +130,8 @@ enum Control {
 #[derive(Debug)]
 pub struct CountingBatchProcessor {
     /// Boxed: the channel sets aside a slot per span it can hold, and 16,384 slots of
-    /// `SpanData` (352 bytes) were 5.8 MB that every span's copy in and out went through,
-    /// against 256 KB of pointers.
+    /// `SpanData` (352 bytes) were 5.8 MB that every span's copy in and out went through;
+    /// 32,768 pointers are 512 KB.
     spans: SyncSender<Box<SpanData>>,
     control: Mutex<mpsc::Sender<Control>>,
     counts: SpanCounts,
