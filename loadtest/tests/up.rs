@@ -128,7 +128,7 @@ fn killing_up_leaves_no_process_behind() {
     );
 
     // The gateway's log line for the request carries the trace id the viewer shows it
-    // under, and the same event is in the trace (tracing-opentelemetry's bridge).
+    // under, and the same event is in the trace (service-kit's span events layer).
     let log = std::fs::read_to_string(logs.path().join("gateway.log")).expect("gateway log");
     let answered: Vec<serde_json::Value> = log
         .lines()

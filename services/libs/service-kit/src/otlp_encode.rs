@@ -302,7 +302,7 @@ mod tests {
     /// Spans with every field and value kind set (and some left at their defaults).
     fn spans() -> Vec<SpanData> {
         let gateway = InstrumentationScope::builder("gateway").build();
-        let bridge = InstrumentationScope::builder("tracing-opentelemetry")
+        let library = InstrumentationScope::builder("another-library")
             .with_version("0.34")
             .with_schema_url("https://opentelemetry.io/schemas/1.30.0")
             .with_attributes([KeyValue::new("scope.attr", true)])
@@ -354,7 +354,7 @@ mod tests {
             events,
             links,
             status: Status::error("HTTP 503"),
-            instrumentation_scope: bridge,
+            instrumentation_scope: library,
         };
         let client = SpanData {
             span_context: context(0x0af7_6519_16cd_43dd, 0x1111, 0, "congo=t61rcWkgMzE", false),
