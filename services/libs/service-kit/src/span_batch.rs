@@ -152,7 +152,7 @@ impl CountingBatchProcessor {
     ) -> Self {
         let exported = counts.clone();
         Self::start(settings, counts, move |queue| {
-            export_loop(exporter, &Executor::Plain, queue, settings, exported)
+            export_loop(exporter, Executor::Plain, queue, settings, exported)
         })
     }
 
@@ -189,7 +189,7 @@ impl CountingBatchProcessor {
                 Ok((runtime, exporter)) => {
                     let _ = started.send(Ok(()));
                     let executor = Executor::Runtime(runtime);
-                    export_loop(exporter, &executor, queue, settings, exported);
+                    export_loop(exporter, executor, queue, settings, exported);
                 }
                 Err(e) => {
                     let _ = started.send(Err(e));
@@ -317,81 +317,100 @@ enum Taken {
     Closed,
 }
 
+/// The export thread's state: its exporter, where the exports run, and the batch being
+/// filled.
+struct ExportThread<E> {
+    exporter: E,
+    executor: Executor,
+    queue: ExportQueue,
+    batch: Vec<SpanData>,
+    settings: BatchSettings,
+    counts: SpanCounts,
+}
+
 /// The export thread: batches leave at the batch size or the schedule's delay; control
 /// messages are served each time it wakes.
 fn export_loop<E: SpanExporter>(
-    mut exporter: E,
-    executor: &Executor,
+    exporter: E,
+    executor: Executor,
     queue: ExportQueue,
     settings: BatchSettings,
     counts: SpanCounts,
 ) {
-    let mut batch = Vec::with_capacity(settings.max_export_batch_size);
+    let mut thread = ExportThread {
+        exporter,
+        executor,
+        queue,
+        batch: Vec::with_capacity(settings.max_export_batch_size),
+        settings,
+        counts,
+    };
     let mut deadline = Instant::now() + settings.schedule_delay;
     loop {
         // Control first: the resource is set before the first export.
-        while let Ok(message) = queue.inbox.try_recv() {
+        while let Ok(message) = thread.queue.inbox.try_recv() {
             match message {
-                Control::Resource(resource) => exporter.set_resource(&resource),
+                Control::Resource(resource) => thread.exporter.set_resource(&resource),
                 Control::Flush(reply) => {
-                    let _ = reply.send(drain(
-                        &exporter, executor, &queue, &mut batch, &settings, &counts,
-                    ));
+                    let _ = reply.send(thread.drain());
                 }
                 Control::Shutdown(reply) => {
-                    let flushed =
-                        drain(&exporter, executor, &queue, &mut batch, &settings, &counts);
-                    let _ = reply.send(flushed.and(exporter.shutdown()));
+                    let flushed = thread.drain();
+                    let _ = reply.send(flushed.and(thread.exporter.shutdown()));
                     return;
                 }
             }
         }
-        let (taken, _) = take_all(&exporter, executor, &queue, &mut batch, &settings, &counts);
+        let (taken, _) = thread.take_all();
         if taken == Taken::Closed {
-            let _ = export(&exporter, executor, &mut batch, &counts);
+            let _ = thread.export();
             return;
         }
         if Instant::now() >= deadline {
-            let _ = export(&exporter, executor, &mut batch, &counts);
+            let _ = thread.export();
             deadline = Instant::now() + settings.schedule_delay;
         }
         std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
     }
 }
 
-/// Takes every queued span, exporting each full batch; the last, partial one stays in
-/// `batch`. The result is that of the exports.
-fn take_all<E: SpanExporter>(
-    exporter: &E,
-    executor: &Executor,
-    queue: &ExportQueue,
-    batch: &mut Vec<SpanData>,
-    settings: &BatchSettings,
-    counts: &SpanCounts,
-) -> (Taken, OTelSdkResult) {
-    // Before taking: a span counted after this was sent after it, and is taken now or
-    // counted towards the next wake.
-    queue.queued.store(0, Ordering::Relaxed);
-    let mut result = Ok(());
-    loop {
-        match take_queued(&queue.spans, batch, settings.max_export_batch_size) {
-            Taken::BatchFull => result = result.and(export(exporter, executor, batch, counts)),
-            ended => return (ended, result),
+impl<E: SpanExporter> ExportThread<E> {
+    /// Takes every queued span, exporting each full batch; the last, partial one stays
+    /// in the batch. The result is that of the exports.
+    fn take_all(&mut self) -> (Taken, OTelSdkResult) {
+        // Before taking: a span counted after this was sent after it, and is taken now or
+        // counted towards the next wake.
+        self.queue.queued.store(0, Ordering::Relaxed);
+        let mut result = Ok(());
+        loop {
+            let max = self.settings.max_export_batch_size;
+            match take_queued(&self.queue.spans, &mut self.batch, max) {
+                Taken::BatchFull => result = result.and(self.export()),
+                ended => return (ended, result),
+            }
         }
     }
-}
 
-/// Exports everything queued so far, batch by batch.
-fn drain<E: SpanExporter>(
-    exporter: &E,
-    executor: &Executor,
-    queue: &ExportQueue,
-    batch: &mut Vec<SpanData>,
-    settings: &BatchSettings,
-    counts: &SpanCounts,
-) -> OTelSdkResult {
-    let (_, result) = take_all(exporter, executor, queue, batch, settings, counts);
-    result.and(export(exporter, executor, batch, counts))
+    /// Exports everything queued so far, batch by batch.
+    fn drain(&mut self) -> OTelSdkResult {
+        let (_, result) = self.take_all();
+        result.and(self.export())
+    }
+
+    fn export(&mut self) -> OTelSdkResult {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let fresh = Vec::with_capacity(self.batch.capacity());
+        let spans = std::mem::replace(&mut self.batch, fresh);
+        let size = spans.len() as u64;
+        let result = self.executor.run(self.exporter.export(spans));
+        match &result {
+            Ok(()) => self.counts.exported.inc_by(size),
+            Err(_) => self.counts.export_failed.inc_by(size),
+        };
+        result
+    }
 }
 
 /// Moves queued spans into `batch` until it holds `max` or the queue is empty.
@@ -419,25 +438,6 @@ impl Executor {
             Self::Plain => futures::executor::block_on(work),
         }
     }
-}
-
-fn export<E: SpanExporter>(
-    exporter: &E,
-    executor: &Executor,
-    batch: &mut Vec<SpanData>,
-    counts: &SpanCounts,
-) -> OTelSdkResult {
-    if batch.is_empty() {
-        return Ok(());
-    }
-    let spans = std::mem::replace(batch, Vec::with_capacity(batch.capacity()));
-    let size = spans.len() as u64;
-    let result = executor.run(exporter.export(spans));
-    match &result {
-        Ok(()) => counts.exported.inc_by(size),
-        Err(_) => counts.export_failed.inc_by(size),
-    };
-    result
 }
 
 #[cfg(test)]
@@ -499,6 +499,23 @@ mod tests {
             .build()
     }
 
+    /// A provider batching into a gated exporter with `settings`, and its counts.
+    fn gated(
+        queue: usize,
+        batch: usize,
+        delay: Duration,
+    ) -> (Gated, SpanCounts, SdkTracerProvider) {
+        let exporter = Gated::new();
+        let counts = SpanCounts::default();
+        let settings = BatchSettings {
+            max_queue_size: queue,
+            max_export_batch_size: batch,
+            schedule_delay: delay,
+        };
+        let provider = provider(exporter.clone(), settings, &counts);
+        (exporter, counts, provider)
+    }
+
     fn make_spans(provider: &SdkTracerProvider, n: usize) {
         let tracer = provider.tracer("test");
         for i in 0..n {
@@ -524,14 +541,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_and_every_span_is_accounted_for() {
-        let exporter = Gated::new();
-        let counts = SpanCounts::default();
-        let settings = BatchSettings {
-            max_queue_size: 8,
-            max_export_batch_size: 4,
-            schedule_delay: Duration::from_millis(10),
-        };
-        let provider = provider(exporter.clone(), settings, &counts);
+        let (exporter, counts, provider) = gated(8, 4, Duration::from_millis(10));
         make_spans(&provider, 200);
         exporter.open();
         provider.force_flush().expect("flushed");
@@ -584,16 +594,9 @@ mod tests {
 
     #[test]
     fn spans_ended_one_by_one_wake_the_export_thread_once_a_batch() {
-        let exporter = Gated::new();
+        // Only full batches leave before the flush.
+        let (exporter, counts, provider) = gated(4_096, 500, Duration::from_secs(600));
         exporter.open();
-        let counts = SpanCounts::default();
-        let settings = BatchSettings {
-            max_queue_size: 4_096,
-            max_export_batch_size: 500,
-            // Only full batches leave before the flush.
-            schedule_delay: Duration::from_secs(600),
-        };
-        let provider = provider(exporter.clone(), settings, &counts);
         let before = export_thread_switches();
         let tracer = provider.tracer("test");
         for i in 0..2_100 {
