@@ -196,15 +196,15 @@ fn request_attributes(request: &Request, method: &'static str, route: &str) -> V
     attributes
 }
 
-/// The `tracing` span a request is served in, for its log lines: they show its trace and
-/// span id, and join its server span as events ([`span_events::attach`]).
-fn request_log_span(dispatch: &tracing::Dispatch, ids: Option<&W3cTraceparent>) -> tracing::Span {
+/// The `tracing` span a traced request is served in, for its log lines: they show its
+/// trace and span id, and join its server span as events ([`span_events::attach`]).
+fn request_log_span(dispatch: &tracing::Dispatch, ids: &W3cTraceparent) -> tracing::Span {
     tracing::dispatcher::with_default(dispatch, || {
         tracing::info_span!(
             target: REQUEST_SPAN_TARGET,
             REQUEST_SPAN,
-            trace_id = ids.map(|ids| tracing::field::display(ids.trace_id())),
-            span_id = ids.map(|ids| tracing::field::display(ids.span_id())),
+            trace_id = %ids.trace_id(),
+            span_id = %ids.span_id(),
         )
     })
 }
@@ -236,10 +236,16 @@ async fn observe(
         let context = span.span_context();
         context.is_valid().then(|| W3cTraceparent::of(context))
     };
-    let span = request_log_span(dispatch, ids.as_ref());
-    if ids.is_some() {
-        span_events::attach(&span, cx.clone());
-    }
+    // Untraced, the span would carry no ids: log lines lose nothing without it, and the
+    // untraced gateway saves ~5k of its ~141k instructions per invoice.
+    let span = match &ids {
+        Some(ids) => {
+            let span = request_log_span(dispatch, ids);
+            span_events::attach(&span, cx.clone());
+            span
+        }
+        None => tracing::Span::none(),
+    };
     request.extensions_mut().insert(RequestContext(cx.clone()));
     let labels = RouteLabels {
         method,
