@@ -13,7 +13,6 @@
 //! away), the request drops the connection with it, which closes it; a connection with
 //! half an exchange on it can never be lent again.
 
-use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::{Mutex, PoisonError};
@@ -25,6 +24,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use rustc_hash::FxHashMap;
 use tokio::net::TcpStream;
 
 type Driver = http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>;
@@ -56,8 +56,10 @@ pub(super) enum ConnectError {
 pub(super) struct ConnectionSet {
     /// Keyed by the origin as written (`Authority` hashes byte by byte, ignoring case,
     /// which cost more than the rest of a lookup): two spellings of one origin keep two
-    /// sets, which only costs a connection.
-    idle: Mutex<HashMap<Box<str>, Vec<Idle>>>,
+    /// sets, which only costs a connection. Hashed with Fx, not SipHash: the origins are
+    /// the service's configured backends, not its callers' input, and a SipHash lookup
+    /// cost ~230 instructions against Fx's ~20 (three calls per invoice, two lookups each).
+    idle: Mutex<FxHashMap<Box<str>, Vec<Idle>>>,
     max_idle_per_origin: usize,
     idle_timeout: Duration,
     connect_timeout: Duration,
@@ -78,7 +80,7 @@ impl ConnectionSet {
         connect_timeout: Duration,
     ) -> Self {
         Self {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(FxHashMap::default()),
             max_idle_per_origin,
             idle_timeout,
             connect_timeout,
