@@ -272,9 +272,9 @@ impl Telemetry {
     }
 
     /// Where this service's `tracing` spans and events go: its log lines (`RUST_LOG`,
-    /// `LOG_FORMAT`) and, for the events logged inside a request, its server span. A service binary makes it the global
-    /// default; requests run under it, so several services in one test process keep
-    /// their traces apart.
+    /// `LOG_FORMAT`) and, for the events logged inside a traced request, its server
+    /// span. A service binary makes it the global default; requests run under it, so
+    /// several services in one test process keep their traces apart.
     pub fn dispatch(&self) -> &tracing::Dispatch {
         &self.dispatch
     }
@@ -413,10 +413,12 @@ fn dispatch(traced: bool) -> tracing::Dispatch {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
-    let logs =
-        lifecycle::log_layer().with_filter(lifecycle::env_filter("info").or(request_spans()));
-    let events =
-        traced.then(|| SpanEvents.with_filter(lifecycle::env_filter("info").or(request_spans())));
+    // Each layer owns its filter, typed by the stack below it: one each.
+    fn filter<S: tracing::Subscriber>() -> impl tracing_subscriber::layer::Filter<S> {
+        lifecycle::env_filter("info").or(request_spans())
+    }
+    let logs = lifecycle::log_layer().with_filter(filter());
+    let events = traced.then(|| SpanEvents.with_filter(filter()));
     tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(events))
 }
 
