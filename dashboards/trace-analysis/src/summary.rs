@@ -210,32 +210,49 @@ fn call_retries(spans: &[&Span]) -> Vec<CallRetries> {
     by_name.into_values().collect()
 }
 
-/// 429s by partition key range. A throttled attempt without a range takes its
-/// operation's (the attempts under the same parent) when that operation reached exactly
-/// one; a cross-partition operation's is left out.
+/// 429s by partition key range. A throttled attempt without a range takes the range of
+/// the attempt that retried it: the next attempt under the same parent that reached one
+/// (the SDK retries the same request until it is answered). A 429 never answered (its
+/// retries spent, or the request cancelled) is left out, and so is one whose next
+/// attempts reached different ranges at once. Taking the operation's range when it
+/// reached only one misplaced a serial cross-partition query's 429s: a query cut off
+/// after the first range's answer put the second range's 429s on the first.
 fn throttled_by_range(attempts: &[&Span]) -> BTreeMap<String, usize> {
-    let mut ranges_of_operation: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
+    let mut by_operation: BTreeMap<Option<&str>, Vec<&Span>> = BTreeMap::new();
     for attempt in attempts {
-        if let Some(range) = attempt.tag_text(RANGE) {
-            ranges_of_operation
-                .entry(attempt.parent_id())
-                .or_default()
-                .insert(range);
-        }
+        by_operation
+            .entry(attempt.parent_id())
+            .or_default()
+            .push(attempt);
     }
     let mut by_range = BTreeMap::new();
-    for throttled in attempts.iter().filter(|a| is_throttled(a)) {
-        let range = throttled.tag_text(RANGE).or_else(|| {
-            let ranges = ranges_of_operation.get(&throttled.parent_id())?;
-            (ranges.len() == 1)
-                .then(|| ranges.iter().next().cloned())
-                .flatten()
-        });
-        if let Some(range) = range {
-            *by_range.entry(range).or_insert(0) += 1;
+    for mut operation in by_operation.into_values() {
+        operation.sort_by_key(|a| a.start_time);
+        for (i, throttled) in operation.iter().enumerate() {
+            if !is_throttled(throttled) {
+                continue;
+            }
+            let range = throttled
+                .tag_text(RANGE)
+                .or_else(|| retried_on(&operation[i + 1..]));
+            if let Some(range) = range {
+                *by_range.entry(range).or_insert(0) += 1;
+            }
         }
     }
     by_range
+}
+
+/// The range the first of `later` attempts to reach one reached, unless attempts that
+/// started with it reached another.
+fn retried_on(later: &[&Span]) -> Option<String> {
+    let first = later.iter().find(|a| a.tag(RANGE).is_some())?;
+    let mut ranges = later
+        .iter()
+        .filter(|a| a.start_time == first.start_time)
+        .filter_map(|a| a.tag_text(RANGE));
+    let range = ranges.next()?;
+    ranges.all(|other| other == range).then_some(range)
 }
 
 /// Request units charged by partition key range.
@@ -514,7 +531,7 @@ mod tests {
     }
 
     #[test]
-    fn a_429_without_a_range_is_placed_on_its_operations_one_range() {
+    fn a_429_without_a_range_is_placed_on_the_range_of_the_attempt_that_retried_it() {
         let throttled = |id: &str, parent: &str, start: u64| {
             span(
                 id,
@@ -539,22 +556,36 @@ mod tests {
             span("r2", Some("s1"), 400, 100, &[]),
             attempt("a4", "r2", 400, 10, "429", "7"),
             attempt("a5", "r2", 450, 10, "200", "7"),
-            // A query over two ranges: its 429 cannot be placed.
+            // Retried on two ranges at once: its 429 cannot be placed.
             span("q1", Some("s1"), 600, 300, &[]),
             throttled("a6", "q1", 600),
             attempt("a7", "q1", 700, 10, "200", "1"),
             attempt("a8", "q1", 700, 10, "200", "2"),
+            // A serial query over ranges 0 and 5: the 429 after range 0's answer is
+            // range 5's, and the query's last 429, never answered, is nobody's (not
+            // range 0's, the one range the query had an answer from before it).
+            span("q2", Some("s1"), 1000, 300, &[]),
+            attempt("a9", "q2", 1000, 10, "200", "0"),
+            throttled("a10", "q2", 1100),
+            attempt("a11", "q2", 1200, 10, "200", "5"),
+            span("q3", Some("s1"), 1400, 300, &[]),
+            attempt("a12", "q3", 1400, 10, "200", "0"),
+            throttled("a13", "q3", 1500),
         ]);
         let u = &summarize(&t).services[0];
         assert_eq!(
             u.throttled_by_range,
-            BTreeMap::from([("4".to_owned(), 2), ("7".to_owned(), 1)])
+            BTreeMap::from([
+                ("4".to_owned(), 2),
+                ("5".to_owned(), 1),
+                ("7".to_owned(), 1)
+            ])
         );
-        assert_eq!(u.cosmos_throttled, 4);
+        assert_eq!(u.cosmos_throttled, 6);
         // Request units by range: 2.5 per answered attempt, the 429 of range 7 too.
         assert_eq!(u.request_units_by_range.get("4"), Some(&2.5));
         assert_eq!(u.request_units_by_range.get("7"), Some(&5.0));
-        assert_eq!(u.request_units_by_range.len(), 4);
+        assert_eq!(u.request_units_by_range.len(), 6);
     }
 
     #[test]
