@@ -25,6 +25,8 @@ pub mod shard;
 pub mod start;
 pub mod target;
 
+/// The URI type of [`Requests`]: hyper's.
+pub use hyper::Uri;
 pub use profile::Profile;
 pub use record::{IntervalSample, LoadRecord, LoadSummary, MergeError, Outcome, Percentiles};
 pub use run::{run, run_recorded, unix_ms, RunOptions};

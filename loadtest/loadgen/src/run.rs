@@ -534,9 +534,13 @@ mod tests {
 
     fn target_at(addr: std::net::SocketAddr) -> Target {
         let url = url::Url::parse(&format!("http://{addr}/")).expect("url");
-        Target::new(url, "/invoices?n=1".to_owned(), Duration::from_secs(10))
-            .expect("target")
-            .counting_partial(b"\"partial\":true")
+        Target::new(
+            url,
+            hyper::Uri::from_static("/invoices?n=1"),
+            Duration::from_secs(10),
+        )
+        .expect("target")
+        .counting_partial(b"\"partial\":true")
     }
 
     /// One request at a time, each answered after 300 ms.

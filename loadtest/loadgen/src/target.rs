@@ -8,17 +8,17 @@ use hyper::Uri;
 use crate::connection::{Endpoint, Reply};
 use crate::record::Outcome;
 
-/// What each request asks for: the origin-form path and query of the next request, e.g.
-/// `/api/invoices?ownerId=o00042&year=2026&month=3`. Called once per request, from many
-/// tasks at once.
+/// What each request asks for: the origin-form URI (path and query) of the next request,
+/// e.g. `/api/invoices?ownerId=o00042&year=2026&month=3`. Called once per request, from
+/// many tasks at once; an error ends the user or lane that asked.
 pub trait Requests: Send + Sync {
-    fn next_path(&self) -> String;
+    fn next_uri(&self) -> Result<Uri, String>;
 }
 
-/// Every request asks for the same path.
-impl Requests for String {
-    fn next_path(&self) -> String {
-        self.clone()
+/// Every request asks for the same path and query (a clone shares its buffer).
+impl Requests for Uri {
+    fn next_uri(&self) -> Result<Uri, String> {
+        Ok(self.clone())
     }
 }
 
@@ -81,8 +81,7 @@ impl Target {
 
     /// The next request's path and query.
     pub(crate) fn next_uri(&self) -> Result<Uri, String> {
-        // Owned, the path becomes the URI's buffer without a copy.
-        Uri::try_from(self.requests.next_path()).map_err(|e| format!("not a path and query: {e}"))
+        self.requests.next_uri()
     }
 
     /// What an answer counts as.
@@ -114,7 +113,7 @@ mod tests {
     fn target(url: &str) -> Result<Target, String> {
         Target::new(
             url::Url::parse(url).expect("url"),
-            "/".to_owned(),
+            Uri::from_static("/"),
             Duration::from_secs(1),
         )
     }
