@@ -5,7 +5,6 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    loadtest::cli::main(loadtest::cli::Cli::parse()).await
+fn main() -> std::process::ExitCode {
+    loadtest::cli::main(loadtest::cli::Cli::parse())
 }

@@ -57,7 +57,20 @@ pub enum Command {
     Component(Component),
 }
 
-pub async fn main(cli: Cli) -> std::process::ExitCode {
+/// Runs the command on a multi-threaded runtime. The runtime is built here rather than
+/// in the binary so that the whole async call tree is compiled once, in this crate: a
+/// `block_on` in the binary would instantiate it again there (~30 s of a release build).
+pub fn main(cli: Cli) -> std::process::ExitCode {
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(execute(cli)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> std::process::ExitCode {
     use std::process::ExitCode;
     match cli.command {
         Command::Component(component) => return component::run(component).await,
