@@ -10,7 +10,8 @@ use crate::record::Outcome;
 
 /// What each request asks for: the origin-form URI (path and query) of the next request,
 /// e.g. `/api/invoices?ownerId=o00042&year=2026&month=3`. Called once per request, from
-/// many tasks at once; an error ends the user or lane that asked.
+/// many tasks at once; an error is recorded as a failed request, and a closed-loop user
+/// that meets one stops.
 pub trait Requests: Send + Sync {
     fn next_uri(&self) -> Result<Uri, String>;
 }
