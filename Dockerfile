@@ -12,7 +12,8 @@ FROM ${RUST_IMAGE} AS compile
 WORKDIR /src
 COPY . .
 # The caches keep crates and build output between builds; symbols are stripped to keep
-# the image small.
+# the image small. The services' default feature `tls` (https to Azure Cosmos DB) holds
+# for every binary of this one build, loadtest's too.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \

@@ -45,6 +45,27 @@ impl std::str::FromStr for SecretString {
     }
 }
 
+/// Whether this build reaches `https://` endpoints (Azure): the cargo feature `tls`,
+/// which the services turn on by default and the local tuning run leaves out.
+const TLS_BUILT: bool = cfg!(feature = "tls");
+
+/// Refuses an `https://` endpoint in a build without TLS, with what to do about it,
+/// before the SDK would fail on its first request.
+fn check_tls(endpoint: &str, tls_built: bool) -> Result<(), ConnectError> {
+    let https = endpoint
+        .get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
+    if https && !tls_built {
+        return Err(ConnectError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            reason: "https needs TLS, which this build left out: build with the cargo \
+                     feature `tls` (`cargo run --release -p loadtest --features tls -- …`)"
+                .to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// The region a service says it runs in unless told (the study's).
 const DEFAULT_REGION: &str = "South Central US";
 
@@ -132,6 +153,7 @@ impl CosmosArgs {
 
     /// Builds the SDK client (reads the account once).
     pub async fn connect(&self) -> Result<CosmosClient, ConnectError> {
+        check_tls(&self.endpoint, TLS_BUILT)?;
         let endpoint: AccountEndpoint =
             self.endpoint
                 .parse()
@@ -182,6 +204,18 @@ mod tests {
         assert_eq!(key.expose(), "s3cret");
         assert_eq!(format!("{key:?}"), "<redacted>");
         assert!(" ".parse::<SecretString>().is_err());
+    }
+
+    #[test]
+    fn https_without_tls_says_which_feature() {
+        let endpoint = "HTTPS://account.documents.azure.com:443/";
+        let refused = check_tls(endpoint, false).expect_err("no TLS in this build");
+        let message = refused.to_string();
+        assert!(message.contains("account.documents.azure.com"), "{message}");
+        assert!(message.contains("--features tls"), "{message}");
+        assert!(check_tls(endpoint, true).is_ok());
+        assert!(check_tls("http://127.0.0.1:8081/", false).is_ok());
+        assert!(check_tls("", false).is_ok());
     }
 
     #[test]
