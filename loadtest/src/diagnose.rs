@@ -13,7 +13,8 @@ pub struct DiagnoseArgs {
     #[arg(
         long,
         env = "DRONELAB_TRACES_API",
-        default_value_t = Service::TraceViewer.default_url()
+        default_value_t = Service::TraceViewer.default_url(),
+        value_parser = crate::client_url::client_url
     )]
     pub api: url::Url,
     /// The entry service whose operations are diagnosed.

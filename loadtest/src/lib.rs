@@ -6,6 +6,7 @@
 //! (`dronelab-report`).
 
 pub mod cli;
+pub mod client_url;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod criteria;

@@ -67,7 +67,7 @@ pub struct TuneArgs {
     /// `/metrics` (server-side latency, RU and calls per operation). In cluster mode it
     /// is port-forwarded unless given; with `--target` alone, without it those columns
     /// stay 0.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::client_url::client_url)]
     pub utilization_url: Option<url::Url>,
     /// Cluster mode: before every stage, server-side apply `<overlays>/<stage>` through
     /// the Kubernetes API and wait for utilization-service's rollout. Needs the RBAC in
@@ -101,7 +101,7 @@ pub struct TuneArgs {
     pub keep_up: bool,
     /// Jaeger-compatible query API to read traces from for the per-stage diagnosis
     /// (default: the local stack's trace viewer; with `--target`, e.g. your Jaeger).
-    #[arg(long, env = "DRONELAB_TRACES_API")]
+    #[arg(long, env = "DRONELAB_TRACES_API", value_parser = crate::client_url::client_url)]
     pub traces_api: Option<url::Url>,
     /// Skip seeding (the deployment's data is already there).
     #[arg(long)]

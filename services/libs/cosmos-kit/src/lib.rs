@@ -16,5 +16,7 @@ pub mod telemetry;
 
 pub use container::{open_container, LazyContainer, CONNECT_TIMEOUT};
 pub use error::BackendError;
-pub use settings::{ConnectError, CosmosArgs, SecretString, SDK_ENVIRONMENT};
+pub use settings::{
+    refuse_https_without_tls, ConnectError, CosmosArgs, SecretString, SDK_ENVIRONMENT,
+};
 pub use telemetry::{CosmosSpan, CosmosTelemetry, Operation, OperationCost};

@@ -45,23 +45,27 @@ impl std::str::FromStr for SecretString {
     }
 }
 
-/// Whether this build reaches `https://` endpoints (Azure): the cargo feature `tls`,
-/// which the services turn on by default and the local tuning run leaves out.
+/// Whether this build reaches `https://` URLs: the cargo feature `tls`, the SDK's
+/// rustls. It is reqwest's only TLS in dronelab, so it holds for every reqwest client of
+/// the build. The services turn it on by default; the local tuning run leaves it out.
 const TLS_BUILT: bool = cfg!(feature = "tls");
 
-/// Refuses an `https://` endpoint in a build without TLS, with what to do about it,
-/// before the SDK would fail on its first request.
-fn check_tls(endpoint: &str, tls_built: bool) -> Result<(), ConnectError> {
-    let https = endpoint
+/// Refuses an `https://` URL in a build without TLS, saying which feature to add, before
+/// a client would fail on its first request.
+pub fn refuse_https_without_tls(url: &str) -> Result<(), String> {
+    https_needs_tls(url, TLS_BUILT)
+}
+
+fn https_needs_tls(url: &str, tls_built: bool) -> Result<(), String> {
+    let https = url
         .get(..8)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
     if https && !tls_built {
-        return Err(ConnectError::Endpoint {
-            endpoint: endpoint.to_owned(),
-            reason: "https needs TLS, which this build left out: build with the cargo \
-                     feature `tls` (`cargo run --release -p loadtest --features tls -- …`)"
+        return Err(
+            "https needs TLS, which this build left out: build with the cargo \
+                    feature `tls` (`cargo run --release -p loadtest --features tls -- …`)"
                 .to_owned(),
-        });
+        );
     }
     Ok(())
 }
@@ -153,7 +157,10 @@ impl CosmosArgs {
 
     /// Builds the SDK client (reads the account once).
     pub async fn connect(&self) -> Result<CosmosClient, ConnectError> {
-        check_tls(&self.endpoint, TLS_BUILT)?;
+        refuse_https_without_tls(&self.endpoint).map_err(|reason| ConnectError::Endpoint {
+            endpoint: self.endpoint.clone(),
+            reason,
+        })?;
         let endpoint: AccountEndpoint =
             self.endpoint
                 .parse()
@@ -208,14 +215,12 @@ mod tests {
 
     #[test]
     fn https_without_tls_says_which_feature() {
-        let endpoint = "HTTPS://account.documents.azure.com:443/";
-        let refused = check_tls(endpoint, false).expect_err("no TLS in this build");
-        let message = refused.to_string();
-        assert!(message.contains("account.documents.azure.com"), "{message}");
-        assert!(message.contains("--features tls"), "{message}");
-        assert!(check_tls(endpoint, true).is_ok());
-        assert!(check_tls("http://127.0.0.1:8081/", false).is_ok());
-        assert!(check_tls("", false).is_ok());
+        let url = "HTTPS://account.documents.azure.com:443/";
+        let refused = https_needs_tls(url, false).expect_err("no TLS in this build");
+        assert!(refused.contains("--features tls"), "{refused}");
+        assert!(https_needs_tls(url, true).is_ok());
+        assert!(https_needs_tls("http://127.0.0.1:8081/", false).is_ok());
+        assert!(https_needs_tls("", false).is_ok());
     }
 
     #[test]
