@@ -307,7 +307,7 @@ pub fn same_sum(a: f64, b: f64) -> bool {
 }
 
 /// A telemetry that keeps `service`'s spans in memory.
-pub fn traced(service: &str) -> (Telemetry, InMemorySpanExporter) {
+pub fn traced(service: &'static str) -> (Telemetry, InMemorySpanExporter) {
     let exporter = InMemorySpanExporter::default();
     (
         Telemetry::with_exporter(service, exporter.clone()),

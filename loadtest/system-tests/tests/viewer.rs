@@ -58,7 +58,7 @@ async fn throttled_run() -> ThrottledRun {
     let stack = TestStack::start(2).await;
 
     stack.set_throughput(Container::Utilization, 20).await;
-    let otlp = |name: &str, protocol: OtlpProtocol| {
+    let otlp = |name: &'static str, protocol: OtlpProtocol| {
         let endpoint = match protocol {
             OtlpProtocol::Grpc => &viewer.grpc,
             OtlpProtocol::HttpProtobuf => &viewer.http,

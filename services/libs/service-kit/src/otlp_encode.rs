@@ -11,7 +11,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanId, SpanKind, Status};
+use opentelemetry::trace::{SpanId, SpanKind, Status, TraceState};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
@@ -48,7 +48,8 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
                 });
                 let in_scope = spans.iter().zip(&scope_of).filter(|(_, s)| **s == index);
                 for (span, _) in in_scope {
-                    out.message(2, |out| span_message(out, span));
+                    // A span is 128 bytes to 16 KiB, its length two bytes.
+                    out.message_with_room(2, 2, |out| span_message(out, span));
                 }
                 out.string(3, scope.schema_url().unwrap_or_default());
             });
@@ -75,7 +76,7 @@ fn span_message(out: &mut Writer, span: &SpanData) {
     let context = &span.span_context;
     out.bytes(1, &context.trace_id().to_bytes());
     out.bytes(2, &context.span_id().to_bytes());
-    out.string(3, &context.trace_state().header());
+    trace_state(out, 3, context.trace_state());
     if span.parent_span_id != SpanId::INVALID {
         out.bytes(4, &span.parent_span_id.to_bytes());
     }
@@ -103,7 +104,7 @@ fn span_message(out: &mut Writer, span: &SpanData) {
         out.message(13, |out| {
             out.bytes(1, &linked.trace_id().to_bytes());
             out.bytes(2, &linked.span_id().to_bytes());
-            out.string(3, &linked.trace_state().header());
+            trace_state(out, 3, linked.trace_state());
             for attribute in &link.attributes {
                 out.message(4, |out| attribute_of(out, attribute));
             }
@@ -145,6 +146,13 @@ fn unix_nanos(at: SystemTime) -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// A W3C `tracestate` as text; most spans have none, and need no string made for it.
+fn trace_state(out: &mut Writer, field: u32, state: &TraceState) {
+    if *state != TraceState::NONE {
+        out.string(field, &state.header());
+    }
+}
+
 fn attribute_of(out: &mut Writer, attribute: &KeyValue) {
     key_value(out, attribute.key.as_str(), &attribute.value);
 }
@@ -181,6 +189,11 @@ fn array_values<T>(out: &mut Writer, values: &[T], as_value: impl Fn(&T) -> Valu
     for value in values {
         out.message(1, |out| any_value(out, &as_value(value)));
     }
+}
+
+/// Bytes a varint takes: seven bits each.
+fn varint_length(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Protobuf's wire format, appended to a buffer.
@@ -251,20 +264,35 @@ impl Writer {
         }
     }
 
-    /// A nested message written by `body`, preceded by its length. One byte is set
-    /// aside for the length; a longer message is moved right to make room.
+    /// A nested message written by `body`, preceded by its length, for which one byte
+    /// is set aside.
     fn message(&mut self, field: u32, body: impl FnOnce(&mut Self)) {
+        self.message_with_room(field, 1, body);
+    }
+
+    /// A nested message written by `body`, preceded by its length, for which `room`
+    /// bytes are set aside; a length of another size moves the message to fit.
+    /// (Inlined, so that each caller's constant `room` folds into plain stores.)
+    #[inline(always)]
+    fn message_with_room(&mut self, field: u32, room: usize, body: impl FnOnce(&mut Self)) {
         self.key(field, LENGTH_DELIMITED);
         let at = self.0.len();
-        self.0.push(0);
+        for _ in 0..room {
+            self.0.push(0);
+        }
         body(self);
-        let length = self.0.len() - at - 1;
-        if length < 0x80 {
-            self.0[at] = length as u8;
+        let length = self.0.len() - at - room;
+        if varint_length(length as u64) == room {
+            let mut rest = length;
+            for byte in &mut self.0[at..at + room] {
+                *byte = rest as u8 | 0x80;
+                rest >>= 7;
+            }
+            self.0[at + room - 1] &= 0x7f;
         } else {
             let mut prefix = Writer(Vec::with_capacity(10));
             prefix.varint(length as u64);
-            self.0.splice(at..=at, prefix.0);
+            self.0.splice(at..at + room, prefix.0);
         }
     }
 }
@@ -423,6 +451,24 @@ mod tests {
             assert_eq!(decode(&ours).ok(), decode(&theirs).ok());
             assert_eq!(ours, theirs);
         }
+    }
+
+    /// A span's length is set aside as two bytes: shorter and longer spans are moved.
+    #[test]
+    fn spans_whose_length_takes_one_or_three_bytes_match_too() {
+        let resource = Resource::builder_empty().with_service_name("s").build();
+        let mut spans = spans();
+        let short = spans.remove(2);
+        let mut huge = short.clone();
+        huge.attributes = vec![
+            KeyValue::new("", "no key"),
+            KeyValue::new("huge", "y".repeat(20_000)),
+        ];
+        let spans = vec![short, huge];
+        assert_eq!(
+            export_request(&resource, &spans),
+            reference(&resource, spans.clone())
+        );
     }
 
     #[test]

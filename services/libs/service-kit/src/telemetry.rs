@@ -139,14 +139,14 @@ impl Telemetry {
     /// Builds telemetry from the environment; `OTEL_SDK_DISABLED=true` gives a no-op
     /// tracer. The exporter runs on a thread of its own (with its own Tokio runtime for
     /// gRPC), so it never takes a service worker's time.
-    pub fn from_env(default_service_name: &str) -> Result<Self, TelemetryError> {
+    pub fn from_env(default_service_name: &'static str) -> Result<Self, TelemetryError> {
         Self::from_env_with(default_service_name, Vec::new())
     }
 
     /// [`Telemetry::from_env`] with more resource attributes (e.g. the lab's knobs that
     /// are on), so every span of the process carries them.
     pub fn from_env_with(
-        default_service_name: &str,
+        default_service_name: &'static str,
         attributes: Vec<opentelemetry::KeyValue>,
     ) -> Result<Self, TelemetryError> {
         if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
@@ -177,7 +177,7 @@ impl Telemetry {
 
     /// Batches spans to `endpoint` (`http://host:port`) as `service_name`.
     pub fn otlp_to(
-        service_name: &str,
+        service_name: &'static str,
         protocol: OtlpProtocol,
         endpoint: &str,
     ) -> Result<Self, TelemetryError> {
@@ -196,7 +196,7 @@ impl Telemetry {
 
     fn otlp(
         resource: Resource,
-        scope_name: &str,
+        scope_name: &'static str,
         protocol: OtlpProtocol,
         destination: Destination,
         headers: MetadataMap,
@@ -228,7 +228,7 @@ impl Telemetry {
     }
 
     /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).
-    pub fn with_exporter<E>(service_name: &str, exporter: E) -> Self
+    pub fn with_exporter<E>(service_name: &'static str, exporter: E) -> Self
     where
         E: SpanExporterTrait + 'static,
     {
@@ -254,8 +254,14 @@ impl Telemetry {
         }
     }
 
-    fn from_provider(provider: SdkTracerProvider, service_name: &str, spans: SpanCounts) -> Self {
-        let tracer = provider.tracer(service_name.to_owned());
+    /// `scope_name` is borrowed for good: every ended span carries a copy of the scope,
+    /// which an owned name would allocate and free again each time.
+    fn from_provider(
+        provider: SdkTracerProvider,
+        scope_name: &'static str,
+        spans: SpanCounts,
+    ) -> Self {
+        let tracer = provider.tracer(scope_name);
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             provider: Some(provider),
