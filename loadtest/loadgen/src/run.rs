@@ -4,7 +4,9 @@
 //! and stops by itself.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::iter::Peekable;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -193,27 +195,43 @@ pub struct RunOptions {
     pub show_progress: bool,
 }
 
-/// Runs `profile` against `target` alone; returns when the profile's duration is over.
-pub async fn run(
+/// A run, boxed where it is defined.
+///
+/// The body of an `async fn` is compiled in the crate that awaits it, at that crate's
+/// optimisation level. Awaited from `loadtest` (built at `opt-level = 1` for the first
+/// build's sake), the whole generator ran at that level: its loops, hyper's client and
+/// the recording. A future boxed here has its `poll` compiled in this crate, at the
+/// release profile's default of 3, which is what `bench/run loadgen` measures.
+pub type RunFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs `profile` against `target` alone; finishes when the profile's duration is over.
+pub fn run(
     target: Target,
     profile: Profile,
     show_progress: bool,
     label: &str,
-) -> LoadSummary {
+) -> RunFuture<'_, LoadSummary> {
     let options = RunOptions {
         shard: Shard::WHOLE,
         start_at: None,
         keep_samples: false,
         show_progress,
     };
-    run_recorded(target, profile, options, label)
-        .await
-        .summary()
+    Box::pin(async move { record_run(target, profile, options, label).await.summary() })
 }
 
 /// Runs this generator's shard of `profile`, from `options.start_at`, into a record that
 /// merges with the other shards'.
-pub async fn run_recorded(
+pub fn run_recorded(
+    target: Target,
+    profile: Profile,
+    options: RunOptions,
+    label: &str,
+) -> RunFuture<'_, LoadRecord> {
+    Box::pin(record_run(target, profile, options, label))
+}
+
+async fn record_run(
     target: Target,
     profile: Profile,
     options: RunOptions,
