@@ -235,8 +235,8 @@ fn full_url(uri: &Uri) -> String {
 }
 
 /// An authority's host (an IPv6 one in brackets) and port, as `Uri::host` and
-/// `Uri::port_u16` give them. Those parse the authority again at each call, ten times
-/// the instructions of this for the short authorities of backends.
+/// `Uri::port_u16` give them. Those parse the authority again at each call: ~700
+/// instructions together for a backend's short authority, three times this.
 fn host_and_port(authority: &str) -> (&str, Option<u16>) {
     let host_port = authority
         .rsplit_once('@')
