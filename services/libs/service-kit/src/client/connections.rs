@@ -36,9 +36,11 @@ pub(super) struct Connection {
     driver: Option<Driver>,
 }
 
-/// A connection waiting in the set, and since when.
+/// A connection waiting in the set, and since when. Boxed here and wherever it is lent:
+/// hyper's connection state is ~700 bytes, which a call's future held by value,
+/// alongside a second slot of that size the compiler left for it.
 struct Idle {
-    connection: Connection,
+    connection: Box<Connection>,
     since: Instant,
 }
 
@@ -93,7 +95,7 @@ impl ConnectionSet {
     pub(super) async fn checkout(
         &self,
         origin: &Authority,
-    ) -> Result<(Connection, bool), ConnectError> {
+    ) -> Result<(Box<Connection>, bool), ConnectError> {
         while let Some(mut connection) = self.take_idle(origin) {
             if connection.ready().await {
                 return Ok((connection, true));
@@ -104,7 +106,7 @@ impl ConnectionSet {
 
     /// Puts back a connection whose exchange is complete (its answer's body read to the
     /// end), unless it is closing or the set for `origin` is full.
-    pub(super) fn release(&self, origin: &Authority, connection: Connection) {
+    pub(super) fn release(&self, origin: &Authority, connection: Box<Connection>) {
         if connection.driver.is_none() || connection.sender.is_closed() {
             return;
         }
@@ -129,7 +131,7 @@ impl ConnectionSet {
 
     /// The most recently used idle connection to `origin` not yet past the idle timeout;
     /// older ones are closed on the way (the set has no reaper task of its own).
-    fn take_idle(&self, origin: &Authority) -> Option<Connection> {
+    fn take_idle(&self, origin: &Authority) -> Option<Box<Connection>> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let waiting = idle.get_mut(origin.as_str())?;
         let fresh_from = waiting
@@ -140,7 +142,7 @@ impl ConnectionSet {
         waiting.pop().map(|entry| entry.connection)
     }
 
-    async fn connect(&self, origin: &Authority) -> Result<Connection, ConnectError> {
+    async fn connect(&self, origin: &Authority) -> Result<Box<Connection>, ConnectError> {
         // `[::1]` in a URI is `::1` to the resolver.
         let host = origin.host().trim_start_matches('[').trim_end_matches(']');
         let port = origin.port_u16().unwrap_or(80);
@@ -159,10 +161,10 @@ impl ConnectionSet {
         let (sender, driver) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ConnectError::Handshake(super::describe(&e)))?;
-        Ok(Connection {
+        Ok(Box::new(Connection {
             sender,
             driver: Some(driver),
-        })
+        }))
     }
 }
 
