@@ -167,8 +167,9 @@ impl TracedClient {
         }
     }
 
-    /// `GET uri` as a child of `parent`, giving up after `timeout`. The client span
-    /// starts at the call, and ends with the outcome (or when the future is dropped).
+    /// `GET uri` as a child of `parent`, giving up after `timeout`. The client span and
+    /// the timeout's clock start at the call, so call it inside a Tokio runtime and await
+    /// it then; the span ends with the outcome, or when the future is dropped.
     pub fn get(
         &self,
         parent: &Context,
