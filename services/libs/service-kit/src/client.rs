@@ -217,11 +217,7 @@ impl TracedClient {
             KeyValue::new(attribute::URL_FULL, full_url(uri)),
         ]);
         if let Some(authority) = uri.authority() {
-            let (host, port) = host_and_port(authority.as_str());
-            attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned()));
-            if let Some(port) = port {
-                attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
-            }
+            server_attributes(authority.as_str(), &mut attributes);
         }
         let span = tracer
             .span_builder(span_name)
@@ -254,6 +250,16 @@ fn full_url(uri: &Uri) -> String {
         text.push_str(query);
     }
     text
+}
+
+/// `server.address` and `server.port` (when it has one) of an authority, `host[:port]`:
+/// a client span's target, or a server span's `Host`.
+pub(crate) fn server_attributes(authority: &str, attributes: &mut Vec<KeyValue>) {
+    let (host, port) = host_and_port(authority);
+    attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned()));
+    if let Some(port) = port {
+        attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
+    }
 }
 
 /// An authority's host (an IPv6 one in brackets) and port, as `Uri::host` and

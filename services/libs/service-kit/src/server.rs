@@ -183,15 +183,7 @@ fn request_attributes(request: &Request, method: &'static str, route: &str) -> V
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
     if let Some(host) = host {
-        match host.rsplit_once(':') {
-            Some((address, port)) => {
-                attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, address.to_owned()));
-                if let Ok(port) = port.parse::<i64>() {
-                    attributes.push(KeyValue::new(attribute::SERVER_PORT, port));
-                }
-            }
-            None => attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned())),
-        }
+        crate::client::server_attributes(host, &mut attributes);
     }
     attributes
 }
