@@ -50,6 +50,17 @@ impl Backend {
             limit,
         }
     }
+
+    /// The backend's URL with `query`, put together without the formatting machinery
+    /// (`format!` took ~750 instructions a call).
+    fn url_with(&self, query: &str) -> String {
+        let base = self.url.as_str();
+        let mut url = String::with_capacity(base.len() + 1 + query.len());
+        url.push_str(base);
+        url.push('?');
+        url.push_str(query);
+        url
+    }
 }
 
 /// How calls to backends behave.
@@ -88,7 +99,7 @@ impl Caller<'_> {
     ) -> Result<T, SectionError> {
         let Some(permit) = permit else {
             self.metrics
-                .backend_call(backend.section.name(), metrics::CallOutcome::Refused, 0.0);
+                .backend_call(backend.section, metrics::CallOutcome::Refused, 0.0);
             return Err(SectionError {
                 backend: backend.section,
                 status: None,
@@ -113,18 +124,15 @@ impl Caller<'_> {
             // A 2xx whose body is not the section's JSON.
             label = metrics::CallOutcome::ErrorStatus;
         }
-        self.metrics.backend_call(
-            backend.section.name(),
-            label,
-            started.elapsed().as_secs_f64(),
-        );
+        self.metrics
+            .backend_call(backend.section, label, started.elapsed().as_secs_f64());
         result
     }
 
     /// The call with its retries (within the budget); the last attempt's outcome.
     async fn attempts(&self, cx: &Context, backend: &Backend, query: &str) -> CallOutcome {
         // The owner-month query is ours (validated and re-encoded), so it always makes a URI.
-        let uri = match Uri::try_from(format!("{}?{query}", backend.url.as_str())) {
+        let uri = match Uri::try_from(backend.url_with(query)) {
             Ok(uri) => uri,
             Err(e) => return CallOutcome::Failed(format!("bad backend URI: {e}")),
         };

@@ -243,11 +243,11 @@ async fn invoice(
     if span.is_recording() {
         span.set_attribute(KeyValue::new(
             attribute::OWNER_ID,
-            request.owner_id.to_string(),
+            request.owner_id.as_str().to_owned(),
         ));
         span.set_attribute(KeyValue::new(
             attribute::INVOICE_MONTH,
-            format!("{}-{:02}", request.year.get(), request.month.get()),
+            request.year_month(),
         ));
         span.set_attribute(KeyValue::new(attribute::INVOICE_MONTH_CLOSED, closed));
     }
@@ -331,7 +331,7 @@ async fn assemble(
         state.metrics.invoice(InvoiceOutcome::Complete);
     }
     Ok(Invoice {
-        owner_id: request.owner_id.to_string(),
+        owner_id: request.owner_id.as_str().to_owned(),
         year: request.year.get(),
         month: request.month.get(),
         deliveries,

@@ -4,6 +4,10 @@
 //! OpenTelemetry API (a bridged `tracing` span cost the gateway about a tenth of its
 //! instructions per request); the request's `tracing` span only carries the ids every log
 //! line shows, and the OpenTelemetry context it stands for ([`attach`]).
+//!
+//! The ids are recorded on the request span at its first event, not when it is made: the
+//! log layer formats a span's fields as they are recorded, ~3k instructions for the two
+//! ids, and most requests log nothing.
 
 use std::fmt;
 
@@ -12,26 +16,56 @@ use opentelemetry::{Context, KeyValue};
 use tracing::field::{Field, Visit};
 use tracing::Subscriber;
 use tracing_subscriber::layer::Context as LayerContext;
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
 use tracing_subscriber::Layer;
 
-/// The OpenTelemetry context of a `tracing` span, kept in the span's extensions.
-struct OtelContext(Context);
+use crate::telemetry::{W3cTraceparent, REQUEST_SPAN, REQUEST_SPAN_TARGET};
 
-/// Makes the events logged inside `span` (or a span within it) join `cx`'s span.
-pub(crate) fn attach(span: &tracing::Span, cx: Context) {
+/// The fields of a request's `tracing` span ([`request_span`]), made empty and recorded
+/// at its first event.
+const TRACE_ID: &str = "trace_id";
+const SPAN_ID: &str = "span_id";
+
+/// The `tracing` span a traced request is served in, for its log lines: they show its
+/// trace and span id, and join its server span as events ([`attach`]).
+pub(crate) fn request_span(dispatch: &tracing::Dispatch) -> tracing::Span {
+    tracing::dispatcher::with_default(dispatch, || {
+        tracing::info_span!(
+            target: REQUEST_SPAN_TARGET,
+            REQUEST_SPAN,
+            // The names of TRACE_ID and SPAN_ID (a span's fields are named in the macro).
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        )
+    })
+}
+
+/// What a request's `tracing` span stands for, kept in the span's extensions: the
+/// OpenTelemetry context its events join, and its ids until an event records them
+/// through the span's dispatch (inside an event, `tracing` offers no other).
+struct RequestSpan {
+    cx: Context,
+    ids: Option<(W3cTraceparent, tracing::Dispatch)>,
+}
+
+/// Makes the events logged inside `span` (or a span within it) join `cx`'s span, and
+/// the first of them record `ids` in `span`'s fields [`TRACE_ID`] and [`SPAN_ID`].
+pub(crate) fn attach(span: &tracing::Span, cx: Context, ids: W3cTraceparent) {
     span.with_subscriber(|(id, dispatch)| {
         let span = dispatch
             .downcast_ref::<tracing_subscriber::Registry>()
             .and_then(|registry| registry.span(id));
         if let Some(span) = span {
-            span.extensions_mut().insert(OtelContext(cx));
+            let ids = Some((ids, dispatch.clone()));
+            span.extensions_mut().insert(RequestSpan { cx, ids });
         }
     });
 }
 
 /// The layer that adds events to the OpenTelemetry span [`attach`]ed to the nearest
-/// enclosing `tracing` span; events outside any such span are left to the log lines.
+/// enclosing `tracing` span, and records that span's ids at its first event; events
+/// outside any such span are left to the log lines. It must see an event before the log
+/// layer does, which then prints the ids.
 pub(crate) struct SpanEvents;
 
 impl<S> Layer<S> for SpanEvents
@@ -43,20 +77,50 @@ where
             return;
         };
         for span in scope {
-            let extensions = span.extensions();
-            if let Some(OtelContext(cx)) = extensions.get::<OtelContext>() {
-                let metadata = event.metadata();
-                let mut fields = EventFields {
-                    message: None,
-                    attributes: vec![KeyValue::new("level", metadata.level().as_str())],
-                };
-                event.record(&mut fields);
-                let name = fields.message.unwrap_or_else(|| metadata.name().to_owned());
-                cx.span().add_event(name, fields.attributes);
-                return;
+            let mut extensions = span.extensions_mut();
+            let Some(request) = extensions.get_mut::<RequestSpan>() else {
+                continue;
+            };
+            let ids = request.ids.take();
+            let metadata = event.metadata();
+            let mut fields = EventFields {
+                message: None,
+                attributes: vec![KeyValue::new("level", metadata.level().as_str())],
+            };
+            event.record(&mut fields);
+            let name = fields.message.unwrap_or_else(|| metadata.name().to_owned());
+            request.cx.span().add_event(name, fields.attributes);
+            // Recording reaches the log layer, which takes the extensions itself.
+            drop(extensions);
+            if let Some((ids, dispatch)) = ids {
+                record_ids(&span, &ids, &dispatch);
             }
+            return;
         }
     }
+}
+
+/// Records `ids` in `span`'s fields through `dispatch`, the span's, so that every layer
+/// (the log layer's formatted fields) sees them.
+fn record_ids<S>(span: &SpanRef<'_, S>, ids: &W3cTraceparent, dispatch: &tracing::Dispatch)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let fields = span.metadata().fields();
+    let (Some(trace_field), Some(span_field)) = (fields.field(TRACE_ID), fields.field(SPAN_ID))
+    else {
+        return;
+    };
+    let (trace_id, span_id) = (
+        tracing::field::display(ids.trace_id()),
+        tracing::field::display(ids.span_id()),
+    );
+    let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
+        (&trace_field, Some(&trace_id)),
+        (&span_field, Some(&span_id)),
+    ];
+    let values = fields.value_set(&values);
+    dispatch.record(&span.id(), &tracing::span::Record::new(&values));
 }
 
 /// An event's message and its other fields as attributes.
@@ -128,7 +192,8 @@ mod tests {
             tracing::info!("outside any span");
             let request = tracing::info_span!("request");
             let cx = Context::new().with_span(tracer.start("server"));
-            attach(&request, cx.clone());
+            let ids = W3cTraceparent::of(cx.span().span_context());
+            attach(&request, cx.clone(), ids);
             request.in_scope(|| {
                 tracing::warn!(status = 503_u16, retried = true, error = %"boom", "answered");
                 tracing::info_span!("inner").in_scope(|| tracing::info!(big = u64::MAX, "deep"));
@@ -154,5 +219,105 @@ mod tests {
         assert_eq!(attribute(0, "error"), Some("boom".to_owned().into()));
         assert_eq!(attribute(1, "big"), Some(u64::MAX.to_string().into()));
         assert_eq!(attribute(0, "message"), None, "the message is the name");
+    }
+
+    /// Log lines written to memory, as `LOG_FORMAT` would have them.
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            let bytes = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+
+    /// Logs two events inside a traced request's span through the service's dispatch
+    /// logging with `logs`; the request's ids and what was written.
+    fn log_in_a_request(
+        logs: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>,
+        lines: &Lines,
+    ) -> (W3cTraceparent, String) {
+        let provider = SdkTracerProvider::builder().build();
+        let tracer = provider.tracer("test");
+        let dispatch = crate::telemetry::dispatch_logging_to(true, logs);
+        let cx = Context::new().with_span(tracer.start("server"));
+        let ids = W3cTraceparent::of(cx.span().span_context());
+        let request = request_span(&dispatch);
+        attach(&request, cx, ids);
+        tracing::dispatcher::with_default(&dispatch, || {
+            request.in_scope(|| {
+                tracing::warn!("first");
+                tracing::warn!(status = 503_u16, "second");
+            });
+            tracing::warn!("outside");
+        });
+        (ids, lines.text())
+    }
+
+    #[test]
+    fn a_request_spans_ids_are_on_every_log_line_inside_it_once() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let logs = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .boxed();
+        let (ids, text) = log_in_a_request(logs, &lines);
+        let prefix = format!(
+            "request{{trace_id={} span_id={}}}:",
+            ids.trace_id(),
+            ids.span_id()
+        );
+        let written: Vec<&str> = text.lines().collect();
+        assert_eq!(written.len(), 3, "{text}");
+        for line in &written[..2] {
+            assert_eq!(line.matches(&prefix).count(), 1, "{line}");
+            assert_eq!(line.matches("trace_id").count(), 1, "{line}");
+        }
+        assert!(written[1].ends_with("second status=503"), "{}", written[1]);
+        assert!(!written[2].contains("trace_id"), "{}", written[2]);
+    }
+
+    #[test]
+    fn a_request_spans_ids_are_in_every_json_log_line_inside_it() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let logs = tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(move || writer.clone())
+            .boxed();
+        let (ids, text) = log_in_a_request(logs, &lines);
+        let written: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        assert_eq!(written.len(), 3, "{text}");
+        for line in &written[..2] {
+            assert_eq!(line["span"]["trace_id"], ids.trace_id(), "{line}");
+            assert_eq!(line["span"]["span_id"], ids.span_id(), "{line}");
+            assert_eq!(line["span"]["name"], "request", "{line}");
+        }
+        assert_eq!(written[1]["fields"]["status"], 503);
+        assert!(written[2].get("span").is_none(), "{}", written[2]);
     }
 }

@@ -339,6 +339,7 @@ const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// A span context in the W3C Trace Context form,
 /// `00-{trace id}-{parent id}-{flags}` in lowercase hex (`traceparent`, and
 /// `traceresponse` on the way back); only the sampled flag is carried.
+#[derive(Clone, Copy)]
 pub(crate) struct W3cTraceparent([u8; 55]);
 
 impl W3cTraceparent {
@@ -412,20 +413,31 @@ fn request_spans() -> tracing_subscriber::filter::FilterFn {
 
 /// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with tracing
 /// on, the events logged inside a request as events of its OpenTelemetry server span
-/// ([`SpanEvents`]). Request spans pass both filters whatever `RUST_LOG` says: log
-/// lines must not lose their trace id, nor traces the events logged in them.
+/// ([`SpanEvents`]). Request spans pass the filter whatever `RUST_LOG` says: log lines
+/// must not lose their trace id, nor traces the events logged in them.
 fn dispatch(traced: bool) -> tracing::Dispatch {
+    dispatch_logging_to(traced, lifecycle::log_layer())
+}
+
+/// [`dispatch`] with `logs` as its log layer (tests give one that writes to memory).
+pub(crate) fn dispatch_logging_to(
+    traced: bool,
+    logs: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>,
+) -> tracing::Dispatch {
     use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
-    // Each layer owns its filter, typed by the stack below it: one each.
-    fn filter<S: tracing::Subscriber>() -> impl tracing_subscriber::layer::Filter<S> {
-        lifecycle::env_filter("info").or(request_spans())
+    let filter = lifecycle::env_filter("info").or(request_spans());
+    let registry = tracing_subscriber::registry();
+    // One filter for both layers: a filter per layer cost each span entry and exit
+    // twice its bookkeeping. Span events first, as they record the ids the log line shows.
+    if traced {
+        let layers = SpanEvents.and_then(logs);
+        tracing::Dispatch::new(registry.with(layers.with_filter(filter)))
+    } else {
+        tracing::Dispatch::new(registry.with(logs.with_filter(filter)))
     }
-    let logs = lifecycle::log_layer().with_filter(filter());
-    let events = traced.then(|| SpanEvents.with_filter(filter()));
-    tracing::Dispatch::new(tracing_subscriber::registry().with(logs).with(events))
 }
 
 #[cfg(test)]

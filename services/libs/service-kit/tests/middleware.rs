@@ -217,10 +217,14 @@ async fn metrics_count_requests_by_route_status_and_bounded_method() {
     );
     assert!(text.contains(r#"method="_OTHER""#), "{text}");
     assert!(!text.contains("BREW"), "{text}");
+    let route = r#"method="GET",route="/items/{id}""#;
+    let duration = metric::HTTP_SERVER_REQUEST_DURATION;
     assert!(
-        text.contains(&format!("{}_count{{", metric::HTTP_SERVER_REQUEST_DURATION)),
+        text.contains(&format!("{duration}_count{{{route}}} 2\n")),
         "{text}"
     );
+    let active = metric::HTTP_SERVER_ACTIVE_REQUESTS;
+    assert!(text.contains(&format!("{active}{{{route}}} 0\n")), "{text}");
     assert!(text.contains(metric::PROCESS_CPU_SECONDS), "{text}");
     // The standard routes are not themselves traced.
     assert!(server_spans(&app.spans)
