@@ -211,7 +211,9 @@ impl TracedClient {
 
     fn start_span(&self, parent: &Context, span_name: &'static str, uri: &Uri) -> Context {
         let tracer = self.telemetry.tracer();
-        let mut attributes = Vec::with_capacity(4);
+        // Room for what `end_span` adds: the span keeps this vector, and a full one would
+        // be copied into a larger one there.
+        let mut attributes = Vec::with_capacity(6);
         attributes.extend([
             KeyValue::new(attribute::HTTP_REQUEST_METHOD, "GET"),
             KeyValue::new(attribute::URL_FULL, full_url(uri)),

@@ -12,7 +12,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceState};
-use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
+use opentelemetry::{Array, InstrumentationScope, StringValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 
@@ -30,11 +30,13 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
             })
         })
         .collect();
-    let mut out = Writer(Vec::with_capacity(256 + spans.len() * 320));
+    let mut out = Writer(Vec::with_capacity(
+        256 + spans.iter().map(room_for).sum::<usize>(),
+    ));
     out.message(1, |out| {
         out.message(1, |out| {
             for (key, value) in resource.iter() {
-                out.message(1, |out| key_value(out, key.as_str(), value));
+                attribute_field(out, 1, key.as_str(), value);
             }
         });
         for (index, scope) in scopes.iter().enumerate() {
@@ -43,7 +45,7 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
                     out.string(1, scope.name());
                     out.string(2, scope.version().unwrap_or_default());
                     for attribute in scope.attributes() {
-                        out.message(3, |out| attribute_of(out, attribute));
+                        attribute_field(out, 3, attribute.key.as_str(), &attribute.value);
                     }
                 });
                 let in_scope = spans.iter().zip(&scope_of).filter(|(_, s)| **s == index);
@@ -57,6 +59,13 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
         out.string(3, resource.schema_url().unwrap_or_default());
     });
     out.0
+}
+
+/// Bytes to set aside for `span`, a little more than it usually takes (its ids, name,
+/// times and status ~100 bytes, an HTTP attribute ~30 to 80), so that a batch's buffer
+/// is not outgrown and copied whole while it is written.
+fn room_for(span: &SpanData) -> usize {
+    128 + 64 * span.attributes.len() + 64 * span.events.len()
 }
 
 /// The OTLP `SpanFlags` bits: whether the parent's remoteness is known, and whether it is.
@@ -85,7 +94,7 @@ fn span_message(out: &mut Writer, span: &SpanData) {
     out.fixed64(7, unix_nanos(span.start_time));
     out.fixed64(8, unix_nanos(span.end_time));
     for attribute in &span.attributes {
-        out.message(9, |out| attribute_of(out, attribute));
+        attribute_field(out, 9, attribute.key.as_str(), &attribute.value);
     }
     out.varint_field(10, u64::from(span.dropped_attributes_count));
     for event in span.events.iter() {
@@ -93,7 +102,7 @@ fn span_message(out: &mut Writer, span: &SpanData) {
             out.fixed64(1, unix_nanos(event.timestamp));
             out.string(2, &event.name);
             for attribute in &event.attributes {
-                out.message(3, |out| attribute_of(out, attribute));
+                attribute_field(out, 3, attribute.key.as_str(), &attribute.value);
             }
             out.varint_field(4, u64::from(event.dropped_attributes_count));
         });
@@ -106,7 +115,7 @@ fn span_message(out: &mut Writer, span: &SpanData) {
             out.bytes(2, &linked.span_id().to_bytes());
             trace_state(out, 3, linked.trace_state());
             for attribute in &link.attributes {
-                out.message(4, |out| attribute_of(out, attribute));
+                attribute_field(out, 4, attribute.key.as_str(), &attribute.value);
             }
             out.varint_field(5, u64::from(link.dropped_attributes_count));
             out.fixed32(
@@ -153,8 +162,49 @@ fn trace_state(out: &mut Writer, field: u32, state: &TraceState) {
     }
 }
 
-fn attribute_of(out: &mut Writer, attribute: &KeyValue) {
-    key_value(out, attribute.key.as_str(), &attribute.value);
+/// A `KeyValue` message as field `field`.
+fn attribute_field(out: &mut Writer, field: u32, key: &str, value: &Value) {
+    if !short_attribute(out, field, key, value) {
+        out.message(field, |out| key_value(out, key, value));
+    }
+}
+
+/// [`attribute_field`] for the usual case, a key and a string, integer or flag that fit in a
+/// message of under 128 bytes: every length is then known before it is written, and one
+/// byte, so the message goes out in four appends (~100 instructions instead of ~220).
+/// False, having written nothing, for anything else.
+fn short_attribute(out: &mut Writer, field: u32, key: &str, value: &Value) -> bool {
+    const SHORT: usize = 128;
+    let any_value_length = match value {
+        Value::String(text) => 2 + text.as_str().len(),
+        Value::I64(number) => 1 + varint_length(*number as u64),
+        Value::Bool(_) => 2,
+        _ => return false,
+    };
+    let length = 2 + key.len() + 2 + any_value_length;
+    // An empty key is left out of the message (proto3's default), unlike here.
+    if key.is_empty() || length >= SHORT {
+        return false;
+    }
+    out.key(field, LENGTH_DELIMITED);
+    out.0.reserve(1 + length);
+    out.0
+        .extend_from_slice(&[length as u8, 1 << 3 | LENGTH_DELIMITED, key.len() as u8]);
+    out.0.extend_from_slice(key.as_bytes());
+    out.0
+        .extend_from_slice(&[2 << 3 | LENGTH_DELIMITED, any_value_length as u8]);
+    match value {
+        Value::String(text) => {
+            let text = text.as_str().as_bytes();
+            out.0
+                .extend_from_slice(&[1 << 3 | LENGTH_DELIMITED, text.len() as u8]);
+            out.0.extend_from_slice(text);
+        }
+        Value::I64(number) => out.varint_always(3, *number as u64),
+        Value::Bool(flag) => out.varint_always(2, u64::from(*flag)),
+        _ => {}
+    }
+    true
 }
 
 /// A `KeyValue` message's fields: the key, and the value (always present, as the
@@ -304,6 +354,7 @@ mod tests {
     use std::time::Duration;
 
     use opentelemetry::trace::{Event, Link, SpanContext, TraceFlags, TraceId, TraceState};
+    use opentelemetry::KeyValue;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
@@ -370,6 +421,10 @@ mod tests {
                 KeyValue::new("closed", false),
                 KeyValue::new("empty", ""),
                 KeyValue::new("long", long),
+                // The longest message of one length byte, and the shortest of two.
+                KeyValue::new("edge", "z".repeat(117)),
+                KeyValue::new("edge", "z".repeat(118)),
+                KeyValue::new("big", i64::MAX),
                 KeyValue::new("bools", Value::Array(vec![true, false].into())),
                 KeyValue::new("ints", Value::Array(vec![1_i64, -1].into())),
                 KeyValue::new("floats", Value::Array(vec![1.5_f64].into())),
