@@ -19,6 +19,7 @@ use futures::future::{Either, FutureExt as _};
 use http_body_util::{BodyExt as _, Empty, Limited};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::trace::SdkTracer;
 
 use dronelab_contract::telemetry::attribute;
 
@@ -178,11 +179,11 @@ impl TracedClient {
         timeout: Duration,
     ) -> impl Future<Output = CallOutcome> + Send + '_ {
         // Without tracing there is no span to describe: skip building its attributes.
-        let traced = self.telemetry.enabled();
-        let cx = if traced {
-            self.start_span(parent, span_name, &uri)
-        } else {
-            parent.clone()
+        let tracer = self.telemetry.sdk_tracer();
+        let traced = tracer.is_some();
+        let cx = match tracer {
+            Some(tracer) => start_span(tracer, parent, span_name, &uri),
+            None => parent.clone(),
         };
         let mut request = Request::get(uri);
         if let Some(headers) = request.headers_mut() {
@@ -208,26 +209,26 @@ impl TracedClient {
             outcome
         })
     }
+}
 
-    fn start_span(&self, parent: &Context, span_name: &'static str, uri: &Uri) -> Context {
-        let tracer = self.telemetry.tracer();
-        // Room for what `end_span` adds: the span keeps this vector, and a full one would
-        // be copied into a larger one there.
-        let mut attributes = Vec::with_capacity(6);
-        attributes.extend([
-            KeyValue::new(attribute::HTTP_REQUEST_METHOD, "GET"),
-            KeyValue::new(attribute::URL_FULL, full_url(uri)),
-        ]);
-        if let Some(authority) = uri.authority() {
-            server_attributes(authority.as_str(), &mut attributes);
-        }
-        let span = tracer
-            .span_builder(span_name)
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(tracer, parent);
-        parent.with_span(span)
+/// The client span of `GET uri`, as a child of `parent`.
+fn start_span(tracer: &SdkTracer, parent: &Context, span_name: &'static str, uri: &Uri) -> Context {
+    // Room for what `end_span` adds: the span keeps this vector, and a full one would
+    // be copied into a larger one there.
+    let mut attributes = Vec::with_capacity(6);
+    attributes.extend([
+        KeyValue::new(attribute::HTTP_REQUEST_METHOD, "GET"),
+        KeyValue::new(attribute::URL_FULL, full_url(uri)),
+    ]);
+    if let Some(authority) = uri.authority() {
+        server_attributes(authority.as_str(), &mut attributes);
     }
+    let span = tracer
+        .span_builder(span_name)
+        .with_kind(SpanKind::Client)
+        .with_attributes(attributes)
+        .start_with_context(tracer, parent);
+    parent.with_span(span)
 }
 
 /// `uri` as text, put together from its parts (its `Display` goes through the

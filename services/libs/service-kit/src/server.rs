@@ -144,11 +144,10 @@ fn start_server_span(
     method: &'static str,
     route: &str,
 ) -> Context {
-    if !telemetry.enabled() {
+    let Some(tracer) = telemetry.sdk_tracer() else {
         return Context::new();
-    }
+    };
     let parent = telemetry.extract(request.headers());
-    let tracer = telemetry.tracer();
     let span = tracer
         .span_builder(server_span(
             if method == "_OTHER" { "HTTP" } else { method },
