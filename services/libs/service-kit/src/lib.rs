@@ -12,6 +12,7 @@ pub mod server;
 pub mod span_batch;
 mod span_events;
 pub mod telemetry;
+mod traceparent;
 
 pub use problem::Problem;
 pub use server::{Instrumentation, Limits, ReadinessCheck, RequestContext};

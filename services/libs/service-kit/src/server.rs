@@ -28,7 +28,8 @@ use tracing::Instrument as _;
 use crate::metrics::{method_label, HttpServerMetrics, MetricsRegistry};
 use crate::problem::Problem;
 use crate::span_events;
-use crate::telemetry::{Telemetry, W3cTraceparent};
+use crate::telemetry::Telemetry;
+use crate::traceparent::W3cTraceparent;
 
 /// Tracing and metrics of one service.
 #[derive(Clone)]

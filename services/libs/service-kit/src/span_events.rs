@@ -19,7 +19,11 @@ use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 use tracing_subscriber::Layer;
 
-use crate::telemetry::{W3cTraceparent, REQUEST_SPAN, REQUEST_SPAN_TARGET};
+use crate::traceparent::W3cTraceparent;
+
+/// The `tracing` span every request is served in ([`request_span`]): its target and name.
+pub(crate) const REQUEST_SPAN_TARGET: &str = "service_kit::server";
+pub(crate) const REQUEST_SPAN: &str = "request";
 
 /// The fields of a request's `tracing` span ([`request_span`]), made empty and recorded
 /// at its first event.
@@ -219,105 +223,5 @@ mod tests {
         assert_eq!(attribute(0, "error"), Some("boom".to_owned().into()));
         assert_eq!(attribute(1, "big"), Some(u64::MAX.to_string().into()));
         assert_eq!(attribute(0, "message"), None, "the message is the name");
-    }
-
-    /// Log lines written to memory, as `LOG_FORMAT` would have them.
-    #[derive(Clone, Default)]
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn text(&self) -> String {
-            let bytes = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            String::from_utf8_lossy(&bytes).into_owned()
-        }
-    }
-
-    /// Logs two events inside a traced request's span through the service's dispatch
-    /// logging with `logs`; the request's ids and what was written.
-    fn log_in_a_request(
-        logs: Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>,
-        lines: &Lines,
-    ) -> (W3cTraceparent, String) {
-        let provider = SdkTracerProvider::builder().build();
-        let tracer = provider.tracer("test");
-        let dispatch = crate::telemetry::dispatch_logging_to(true, logs);
-        let cx = Context::new().with_span(tracer.start("server"));
-        let ids = W3cTraceparent::of(cx.span().span_context());
-        let request = request_span(&dispatch);
-        attach(&request, cx, ids);
-        tracing::dispatcher::with_default(&dispatch, || {
-            request.in_scope(|| {
-                tracing::warn!("first");
-                tracing::warn!(status = 503_u16, "second");
-            });
-            tracing::warn!("outside");
-        });
-        (ids, lines.text())
-    }
-
-    #[test]
-    fn a_request_spans_ids_are_on_every_log_line_inside_it_once() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let logs = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .boxed();
-        let (ids, text) = log_in_a_request(logs, &lines);
-        let prefix = format!(
-            "request{{trace_id={} span_id={}}}:",
-            ids.trace_id(),
-            ids.span_id()
-        );
-        let written: Vec<&str> = text.lines().collect();
-        assert_eq!(written.len(), 3, "{text}");
-        for line in &written[..2] {
-            assert_eq!(line.matches(&prefix).count(), 1, "{line}");
-            assert_eq!(line.matches("trace_id").count(), 1, "{line}");
-        }
-        assert!(written[1].ends_with("second status=503"), "{}", written[1]);
-        assert!(!written[2].contains("trace_id"), "{}", written[2]);
-    }
-
-    #[test]
-    fn a_request_spans_ids_are_in_every_json_log_line_inside_it() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let logs = tracing_subscriber::fmt::layer()
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .with_writer(move || writer.clone())
-            .boxed();
-        let (ids, text) = log_in_a_request(logs, &lines);
-        let written: Vec<serde_json::Value> = text
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("a JSON line"))
-            .collect();
-        assert_eq!(written.len(), 3, "{text}");
-        for line in &written[..2] {
-            assert_eq!(line["span"]["trace_id"], ids.trace_id(), "{line}");
-            assert_eq!(line["span"]["span_id"], ids.span_id(), "{line}");
-            assert_eq!(line["span"]["name"], "request", "{line}");
-        }
-        assert_eq!(written[1]["fields"]["status"], 503);
-        assert!(written[2].get("span").is_none(), "{}", written[2]);
     }
 }

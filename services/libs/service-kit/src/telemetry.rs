@@ -9,9 +9,7 @@ use std::sync::Arc;
 use axum::http::{HeaderName, HeaderValue};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{
-    noop::NoopTracer, SpanContext, TraceContextExt as _, TraceFlags, TracerProvider as _,
-};
+use opentelemetry::trace::{noop::NoopTracer, TraceContextExt as _, TracerProvider as _};
 use opentelemetry::Context;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -21,7 +19,8 @@ use tonic::metadata::MetadataMap;
 
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
-use crate::span_events::SpanEvents;
+use crate::span_events::{SpanEvents, REQUEST_SPAN, REQUEST_SPAN_TARGET};
+use crate::traceparent::W3cTraceparent;
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
 const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
@@ -347,52 +346,6 @@ impl Telemetry {
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
-/// A span context in the W3C Trace Context form,
-/// `00-{trace id}-{parent id}-{flags}` in lowercase hex (`traceparent`, and
-/// `traceresponse` on the way back); only the sampled flag is carried.
-#[derive(Clone, Copy)]
-pub(crate) struct W3cTraceparent([u8; 55]);
-
-impl W3cTraceparent {
-    pub(crate) fn of(context: &SpanContext) -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut text = [b'-'; 55];
-        let flags = context.trace_flags() & TraceFlags::SAMPLED;
-        let fields = [
-            (0, &[0u8][..]),
-            (3, &context.trace_id().to_bytes()[..]),
-            (36, &context.span_id().to_bytes()[..]),
-            (53, &[flags.to_u8()][..]),
-        ];
-        for (start, bytes) in fields {
-            for (i, byte) in bytes.iter().enumerate() {
-                text[start + 2 * i] = HEX[usize::from(byte >> 4)];
-                text[start + 2 * i + 1] = HEX[usize::from(byte & 0xf)];
-            }
-        }
-        Self(text)
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// The 32 hex digits of the trace id.
-    pub(crate) fn trace_id(&self) -> &str {
-        self.hex(3..35)
-    }
-
-    /// The 16 hex digits of the span id.
-    pub(crate) fn span_id(&self) -> &str {
-        self.hex(36..52)
-    }
-
-    fn hex(&self, range: std::ops::Range<usize>) -> &str {
-        // Only ASCII hex digits and dashes are ever written.
-        std::str::from_utf8(&self.0[range]).unwrap_or_default()
-    }
-}
-
 /// `service.name` from `OTEL_SERVICE_NAME` if set, else the crate's name; plus
 /// `OTEL_RESOURCE_ATTRIBUTES` and `attributes`.
 fn resource(default_service_name: &str, attributes: Vec<opentelemetry::KeyValue>) -> Resource {
@@ -410,10 +363,6 @@ fn resource(default_service_name: &str, attributes: Vec<opentelemetry::KeyValue>
 pub fn init_logging() {
     lifecycle::init_logging("info");
 }
-
-/// The `tracing` span every request is served in (by the server module): its target and name.
-pub(crate) const REQUEST_SPAN_TARGET: &str = "service_kit::server";
-pub(crate) const REQUEST_SPAN: &str = "request";
 
 /// Lets the request spans through a filter whatever `RUST_LOG` says.
 fn request_spans() -> tracing_subscriber::filter::FilterFn {
@@ -454,7 +403,9 @@ pub(crate) fn dispatch_logging_to(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::{SpanId, TraceId, TraceState};
+    use crate::span_events;
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState, Tracer as _};
+    use tracing_subscriber::Layer as _;
 
     #[test]
     fn the_traces_endpoint_is_used_as_given_and_the_base_one_gets_the_signal_path() {
@@ -532,15 +483,103 @@ mod tests {
         assert!(headers.is_empty(), "{headers:?}");
     }
 
-    #[test]
-    fn the_ids_are_the_traceparents_own_digits() {
-        let cx = context(0xabc, 0x12, TraceFlags::SAMPLED, "");
+    /// Log lines written to memory, as `LOG_FORMAT` would have them.
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            let bytes = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
+
+    /// Logs two events inside a traced request's span through the service's dispatch
+    /// logging with `logs`; the request's ids and what was written.
+    fn log_in_a_request(
+        logs: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>,
+        lines: &Lines,
+    ) -> (W3cTraceparent, String) {
+        let provider = SdkTracerProvider::builder().build();
+        let tracer = provider.tracer("test");
+        let dispatch = dispatch_logging_to(true, logs);
+        let cx = Context::new().with_span(tracer.start("server"));
         let ids = W3cTraceparent::of(cx.span().span_context());
-        assert_eq!(ids.trace_id(), "00000000000000000000000000000abc");
-        assert_eq!(ids.span_id(), "0000000000000012");
-        assert_eq!(
-            ids.as_bytes(),
-            b"00-00000000000000000000000000000abc-0000000000000012-01"
+        let request = span_events::request_span(&dispatch);
+        span_events::attach(&request, cx, ids);
+        tracing::dispatcher::with_default(&dispatch, || {
+            request.in_scope(|| {
+                tracing::warn!("first");
+                tracing::warn!(status = 503_u16, "second");
+            });
+            tracing::warn!("outside");
+        });
+        (ids, lines.text())
+    }
+
+    #[test]
+    fn a_request_spans_ids_are_on_every_log_line_inside_it_once() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let logs = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .boxed();
+        let (ids, text) = log_in_a_request(logs, &lines);
+        let prefix = format!(
+            "request{{trace_id={} span_id={}}}:",
+            ids.trace_id(),
+            ids.span_id()
         );
+        let written: Vec<&str> = text.lines().collect();
+        assert_eq!(written.len(), 3, "{text}");
+        for line in &written[..2] {
+            assert_eq!(line.matches(&prefix).count(), 1, "{line}");
+            assert_eq!(line.matches("trace_id").count(), 1, "{line}");
+        }
+        assert!(written[1].ends_with("second status=503"), "{}", written[1]);
+        assert!(!written[2].contains("trace_id"), "{}", written[2]);
+    }
+
+    #[test]
+    fn a_request_spans_ids_are_in_every_json_log_line_inside_it() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let logs = tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_writer(move || writer.clone())
+            .boxed();
+        let (ids, text) = log_in_a_request(logs, &lines);
+        let written: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect();
+        assert_eq!(written.len(), 3, "{text}");
+        for line in &written[..2] {
+            assert_eq!(line["span"]["trace_id"], ids.trace_id(), "{line}");
+            assert_eq!(line["span"]["span_id"], ids.span_id(), "{line}");
+            assert_eq!(line["span"]["name"], "request", "{line}");
+        }
+        assert_eq!(written[1]["fields"]["status"], 503);
+        assert!(written[2].get("span").is_none(), "{}", written[2]);
     }
 }
