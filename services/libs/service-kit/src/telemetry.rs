@@ -77,18 +77,25 @@ impl Destination {
 #[derive(Clone)]
 pub struct Telemetry {
     tracer: Arc<BoxedTracer>,
-    /// The same tracer unboxed, for the spans of every request ([`Telemetry::sdk_tracer`]).
-    sdk_tracer: Option<SdkTracer>,
-    provider: Option<SdkTracerProvider>,
+    /// With tracing on, the provider and the tracer behind `tracer`, unboxed.
+    sdk: Option<Sdk>,
     dispatch: tracing::Dispatch,
     propagator: Arc<TraceContextPropagator>,
     spans: SpanCounts,
 }
 
+/// The SDK's provider (flushed on shutdown) and the tracer it made for the service:
+/// present together, with tracing on.
+#[derive(Clone)]
+struct Sdk {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
 impl std::fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Telemetry")
-            .field("enabled", &self.provider.is_some())
+            .field("enabled", &self.sdk.is_some())
             .finish()
     }
 }
@@ -248,8 +255,7 @@ impl Telemetry {
     pub fn disabled() -> Self {
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(NoopTracer::new()))),
-            sdk_tracer: None,
-            provider: None,
+            sdk: None,
             dispatch: dispatch(false),
             propagator: Arc::new(TraceContextPropagator::new()),
             spans: SpanCounts::default(),
@@ -266,8 +272,7 @@ impl Telemetry {
         let tracer = provider.tracer(scope_name);
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
-            sdk_tracer: Some(tracer),
-            provider: Some(provider),
+            sdk: Some(Sdk { provider, tracer }),
             dispatch: dispatch(true),
             propagator: Arc::new(TraceContextPropagator::new()),
             spans,
@@ -296,11 +301,11 @@ impl Telemetry {
     /// context takes them; a [`BoxedTracer`]'s are boxed there a second time, and every
     /// call on them goes through two virtual calls (~200 instructions a span).
     pub fn sdk_tracer(&self) -> Option<&SdkTracer> {
-        self.sdk_tracer.as_ref()
+        self.sdk.as_ref().map(|sdk| &sdk.tracer)
     }
 
     pub fn enabled(&self) -> bool {
-        self.provider.is_some()
+        self.sdk.is_some()
     }
 
     /// The trace context of an incoming request (`traceparent`/`tracestate`).
@@ -332,7 +337,7 @@ impl Telemetry {
 
     /// Exports what is buffered and stops the exporter; call once at shutdown.
     pub fn shutdown(&self) {
-        if let Some(provider) = &self.provider {
+        if let Some(Sdk { provider, .. }) = &self.sdk {
             if let Err(e) = provider.force_flush() {
                 tracing::warn!(error = %e, "flushing spans failed");
             }
