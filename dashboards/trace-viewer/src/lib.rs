@@ -126,7 +126,13 @@ pub async fn run(
         let stopped = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
-        serve(NAME, listener, router, ConnectionLimits::default(), stopped)
+        serve(
+            NAME,
+            listener,
+            router,
+            ConnectionLimits::default(),
+            Box::pin(stopped),
+        )
     };
     let receiver = otlp::Receiver::new(store.clone());
     let ui = serve_on(listeners.ui, api::router(store));

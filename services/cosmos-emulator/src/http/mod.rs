@@ -55,7 +55,7 @@ pub async fn run(
         listener,
         build_app(state),
         lifecycle::http::ConnectionLimits::default(),
-        shutdown,
+        Box::pin(shutdown),
     )
     .await
 }

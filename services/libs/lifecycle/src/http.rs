@@ -101,12 +101,17 @@ fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor>
 /// Serves `app` on `listener` within `limits` until `shutdown` completes, then stops
 /// accepting and lets requests in flight finish (for at most 30 s). `name` names the
 /// server in log lines.
+///
+/// `shutdown` is boxed so that this function is not generic: a generic one is compiled in
+/// each crate that calls it, at that crate's optimisation level, and with it the whole
+/// serving path (hyper's connections, the router's dispatch). The local stack's services
+/// run as modes of `loadtest`, which the release profile builds at a lower level.
 pub async fn serve(
     name: &'static str,
     listener: TcpListener,
     app: axum::Router,
     limits: ConnectionLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: crate::Shutdown,
 ) -> io::Result<()> {
     let max_connections = within_open_file_limit(name, limits.max_connections).await;
     let admission = Arc::new(Semaphore::new(max_connections));

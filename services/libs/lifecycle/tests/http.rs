@@ -58,7 +58,14 @@ fn start_app(logs: Logs, app: axum::Router) -> SocketAddr {
             .expect("runtime");
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let _ = serve("test-server", listener, app, LIMITS, std::future::pending()).await;
+            let _ = serve(
+                "test-server",
+                listener,
+                app,
+                LIMITS,
+                Box::pin(std::future::pending()),
+            )
+            .await;
         });
     });
     addr

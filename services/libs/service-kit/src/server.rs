@@ -273,7 +273,7 @@ pub async fn serve(
         listener,
         app,
         lifecycle::http::ConnectionLimits::default(),
-        shutdown,
+        Box::pin(shutdown),
     )
     .await
 }
