@@ -197,11 +197,12 @@ mod tests {
     use super::*;
     use cosmos_emulator::{Config, InProcess};
     use cosmos_kit::CosmosArgs;
+    use dronelab_contract::Container;
 
     /// At 100 RU/s the record containers' 80 upserts (~5.7 RU each) meet hundreds of
     /// 429s with throttling on.
     #[tokio::test]
-    async fn seeding_meets_no_429_and_leaves_the_model_as_it_found_it() {
+    async fn seeding_meets_no_429_and_leaves_the_model_and_the_budget_as_it_found_them() {
         let mut config = Config::for_tests();
         config.latency = true;
         let emulator = InProcess::start(&config).await.expect("emulator");
@@ -240,5 +241,26 @@ mod tests {
         }
         let after = admin.model().await.expect("the model's settings");
         assert_eq!((after.latency, after.throttling), (Some(true), Some(true)));
+
+        // The budget is whole again: a stage right after seeding starts unthrottled.
+        let client = args.cosmos.connect().await.expect("client");
+        let records = client
+            .database_client(&args.cosmos.database)
+            .container_client(Container::Utilization.name(), None)
+            .await
+            .expect("container");
+        let doc = serde_json::json!({"id": "after-seeding", "droneId": "d-after"});
+        records
+            .upsert_item("d-after", "after-seeding", &doc, None)
+            .await
+            .expect("upserted");
+        let stats = admin.stats().await.expect("stats");
+        let throttled: u64 = stats
+            .databases
+            .iter()
+            .flat_map(|d| d.containers.iter())
+            .map(|c| c.throttled_requests)
+            .sum();
+        assert_eq!(throttled, 0, "the first write after seeding met 429s");
     }
 }

@@ -64,7 +64,9 @@ pub async fn handle(
 /// Runs `op` in `partitions` under the throughput and latency models.
 ///
 /// `op` returns the response and, per partition, the RU it charged (`None` for a
-/// partition it did not touch). Throttled requests do not run at all.
+/// partition it did not touch). Throttled requests do not run at all. With throttling
+/// off, requests neither wait for the RU budget nor draw on it (their charges are still
+/// counted): a budget drawn while off would throttle for minutes once it is back on.
 async fn execute(
     state: &AppState,
     partitions: &[&Partition],
@@ -99,7 +101,9 @@ async fn execute(
             let mut total = 0.0;
             for (p, ru) in partitions.iter().zip(&charges) {
                 if let Some(ru) = ru {
-                    p.consume(*ru);
+                    if throttling {
+                        p.consume(*ru);
+                    }
                     p.stats.record(response.status.as_u16(), *ru);
                     service = service.max(latency.service_time(*ru));
                     total += ru;
