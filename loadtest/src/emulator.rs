@@ -56,8 +56,10 @@ impl EmulatorAdmin {
         &self.base
     }
 
-    async fn stats(&self) -> Option<cosmos_emulator::Stats> {
-        let url = self.base.join("_emulator/stats").ok()?;
+    /// The JSON of an admin route that reads (`route` relative to the endpoint), or
+    /// `None` if it cannot be read.
+    async fn read<T: serde::de::DeserializeOwned>(&self, route: &str) -> Option<T> {
+        let url = self.base.join(route).ok()?;
         let response = self
             .http
             .get(url)
@@ -68,17 +70,13 @@ impl EmulatorAdmin {
         response.error_for_status().ok()?.json().await.ok()
     }
 
-    /// The model's settings now (`GET /_emulator/config`), or `None` if unreadable.
+    async fn stats(&self) -> Option<cosmos_emulator::Stats> {
+        self.read("_emulator/stats").await
+    }
+
+    /// The model's settings now (`GET /_emulator/config`).
     async fn model(&self) -> Option<ModelConfig> {
-        let url = self.base.join("_emulator/config").ok()?;
-        let response = self
-            .http
-            .get(url)
-            .timeout(ADMIN_TIMEOUT)
-            .send()
-            .await
-            .ok()?;
-        response.error_for_status().ok()?.json().await.ok()
+        self.read("_emulator/config").await
     }
 
     /// Changes the model's settings; the fields `update` leaves out stay as they are.
