@@ -21,9 +21,10 @@ use tracing_subscriber::Layer;
 
 use crate::traceparent::W3cTraceparent;
 
-/// The `tracing` span every request is served in ([`request_span`]): its target and name.
-pub(crate) const REQUEST_SPAN_TARGET: &str = "service_kit::server";
-pub(crate) const REQUEST_SPAN: &str = "request";
+/// The `tracing` span every request is served in ([`request_span`]): its target, which
+/// nothing else logs to (the filter lets it through by this target), and its name.
+pub(crate) const REQUEST_SPAN_TARGET: &str = "dronelab_request";
+const REQUEST_SPAN: &str = "request";
 
 /// The fields of a request's `tracing` span ([`request_span`]), made empty and recorded
 /// at its first event.
@@ -31,17 +32,16 @@ const TRACE_ID: &str = "trace_id";
 const SPAN_ID: &str = "span_id";
 
 /// The `tracing` span a traced request is served in, for its log lines: they show its
-/// trace and span id, and join its server span as events ([`attach`]).
-pub(crate) fn request_span(dispatch: &tracing::Dispatch) -> tracing::Span {
-    tracing::dispatcher::with_default(dispatch, || {
-        tracing::info_span!(
-            target: REQUEST_SPAN_TARGET,
-            REQUEST_SPAN,
-            // The names of TRACE_ID and SPAN_ID (a span's fields are named in the macro).
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty,
-        )
-    })
+/// trace and span id, and join its server span as events ([`attach`]). Made in the
+/// current dispatch, the service's.
+pub(crate) fn request_span() -> tracing::Span {
+    tracing::info_span!(
+        target: REQUEST_SPAN_TARGET,
+        REQUEST_SPAN,
+        // The names of TRACE_ID and SPAN_ID (a span's fields are named in the macro).
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    )
 }
 
 /// What a request's `tracing` span stands for, kept in the span's extensions: the

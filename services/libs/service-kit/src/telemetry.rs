@@ -16,10 +16,11 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
+use tracing_subscriber::EnvFilter;
 
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
-use crate::span_events::{SpanEvents, REQUEST_SPAN, REQUEST_SPAN_TARGET};
+use crate::span_events::{SpanEvents, REQUEST_SPAN_TARGET};
 use crate::traceparent::W3cTraceparent;
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
@@ -369,13 +370,6 @@ pub fn init_logging() {
     lifecycle::init_logging("info");
 }
 
-/// Lets the request spans through a filter whatever `RUST_LOG` says.
-fn request_spans() -> tracing_subscriber::filter::FilterFn {
-    tracing_subscriber::filter::filter_fn(|meta| {
-        meta.is_span() && meta.name() == REQUEST_SPAN && meta.target() == REQUEST_SPAN_TARGET
-    })
-}
-
 /// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with tracing
 /// on, the events logged inside a request as events of its OpenTelemetry server span
 /// ([`SpanEvents`]). Request spans pass the filter whatever `RUST_LOG` says: log lines
@@ -385,23 +379,34 @@ fn dispatch(traced: bool) -> tracing::Dispatch {
 }
 
 /// [`dispatch`] with `logs` as its log layer (tests give one that writes to memory).
+///
+/// The filter is global, not per layer: a per-layer filter looks the span up in the
+/// registry at every entry and exit, and, being an `or` with a closure, gave no level hint,
+/// so every disabled `debug!` in the process asked the dispatch. The request spans pass
+/// through a directive of their own target, which no other span or event has.
 pub(crate) fn dispatch_logging_to(
     traced: bool,
     logs: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>,
 ) -> tracing::Dispatch {
-    use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
-    let filter = lifecycle::env_filter("info").or(request_spans());
+    let filter = passing_request_spans(lifecycle::env_filter("info"));
     let registry = tracing_subscriber::registry();
-    // One filter for both layers: a filter per layer cost each span entry and exit
-    // twice its bookkeeping. Span events first, as they record the ids the log line shows.
+    // Span events first, as they record the ids the log line shows.
     if traced {
-        let layers = SpanEvents.and_then(logs);
-        tracing::Dispatch::new(registry.with(layers.with_filter(filter)))
+        tracing::Dispatch::new(registry.with(SpanEvents.and_then(logs)).with(filter))
     } else {
-        tracing::Dispatch::new(registry.with(logs.with_filter(filter)))
+        tracing::Dispatch::new(registry.with(logs).with(filter))
+    }
+}
+
+/// `filter` with a directive that lets the request spans through, whatever else it says.
+fn passing_request_spans(filter: EnvFilter) -> EnvFilter {
+    match format!("{REQUEST_SPAN_TARGET}=info").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        // A constant target and level parse (the tests check the spans pass).
+        Err(_) => filter,
     }
 }
 
@@ -527,9 +532,9 @@ mod tests {
         let dispatch = dispatch_logging_to(true, logs);
         let cx = Context::new().with_span(tracer.start("server"));
         let ids = W3cTraceparent::of(cx.span().span_context());
-        let request = span_events::request_span(&dispatch);
-        span_events::attach(&request, cx, ids);
         tracing::dispatcher::with_default(&dispatch, || {
+            let request = span_events::request_span();
+            span_events::attach(&request, cx, ids);
             request.in_scope(|| {
                 tracing::warn!("first");
                 tracing::warn!(status = 503_u16, "second");
@@ -537,6 +542,22 @@ mod tests {
             tracing::warn!("outside");
         });
         (ids, lines.text())
+    }
+
+    #[test]
+    fn request_spans_pass_whatever_the_filter_says_and_nothing_else_does() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        for directives in ["off", "error", "warn,dronelab=debug", "info"] {
+            let filter = passing_request_spans(EnvFilter::new(directives));
+            let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(filter));
+            tracing::dispatcher::with_default(&dispatch, || {
+                assert!(!span_events::request_span().is_disabled(), "{directives}");
+                let other = tracing::info_span!(target: "service_kit::server", "request");
+                let passes = directives == "info";
+                assert_eq!(!other.is_disabled(), passes, "{directives}");
+            });
+        }
     }
 
     #[test]
