@@ -4,6 +4,8 @@
 //! layers, graceful shutdown). Cosmos DB access is in `cosmos-kit`.
 
 pub mod client;
+#[cfg(test)]
+mod log_lines;
 pub mod metrics;
 mod otlp_encode;
 mod otlp_grpc;

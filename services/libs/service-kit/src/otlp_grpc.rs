@@ -273,8 +273,12 @@ mod tests {
     }
 
     /// A collector on loopback (HTTP/2 without TLS) that answers every export with an
-    /// empty success and keeps the `authorization` header of each request.
-    async fn collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<Option<String>>) {
+    /// empty success and keeps the `authorization` header of each request. It pings
+    /// its connections every `ping_every` and closes one that does not answer within
+    /// that time (as dronelab's servers and gRPC's keepalive enforcement do).
+    async fn collector(
+        ping_every: Duration,
+    ) -> (String, tokio::sync::mpsc::UnboundedReceiver<Option<String>>) {
         use axum::body::Body;
         use axum::http::{HeaderMap, HeaderValue};
         use http_body_util::StreamBody;
@@ -309,13 +313,27 @@ mod tests {
             .await
             .expect("bind");
         let address = listener.local_addr().expect("address");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(async move {
+            let mut builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .keep_alive_interval(ping_every)
+                .keep_alive_timeout(ping_every);
+            while let Ok((stream, _)) = listener.accept().await {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let connection = builder.serve_connection(io, service).into_owned();
+                tokio::spawn(connection);
+            }
+        });
         (format!("http://{address}"), received)
     }
 
     #[tokio::test]
     async fn every_export_request_carries_the_headers() {
-        let (endpoint, mut received) = collector().await;
+        let (endpoint, mut received) = collector(Duration::from_secs(30)).await;
         let headers =
             headers(Some("authorization=Bearer%20t0ken"), None).expect("valid header list");
         let exporter =
@@ -332,5 +350,47 @@ mod tests {
         assert!(tls.contains("plain http://"), "{tls}");
         bare.export(Vec::new()).await.expect("exported");
         assert_eq!(received.recv().await, Some(None));
+    }
+
+    #[test]
+    fn an_idle_exporter_answers_the_collectors_pings_and_its_next_export_arrives() {
+        use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+
+        use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
+
+        let server = tokio::runtime::Runtime::new().expect("runtime");
+        let (endpoint, mut received) = server.block_on(collector(Duration::from_millis(250)));
+        let counts = SpanCounts::default();
+        let settings = BatchSettings {
+            max_queue_size: 100,
+            max_export_batch_size: 10,
+            schedule_delay: Duration::from_secs(600),
+        };
+        let processor = CountingBatchProcessor::on_own_runtime(
+            move || {
+                GrpcSpanExporter::new(&endpoint, Duration::from_secs(5), MetadataMap::new())
+                    .map_err(std::io::Error::other)
+            },
+            settings,
+            counts.clone(),
+        )
+        .expect("started");
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        let tracer = provider.tracer("test");
+        for _ in 0..2 {
+            tracer.in_span("exported", |_| {});
+            provider.force_flush().expect("exported");
+            assert!(
+                server.block_on(received.recv()).is_some(),
+                "the collector got it"
+            );
+            // Long enough for the collector to ping, and to close the connection had
+            // nothing answered.
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        assert_eq!(counts.export_failed.get(), 0);
+        assert_eq!(counts.exported.get(), 2);
     }
 }

@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 use dronelab_contract::telemetry::metric;
 use lifecycle::metrics::MetricsRegistry;
 use opentelemetry::Context;
@@ -138,6 +140,9 @@ pub struct CountingBatchProcessor {
     /// Spans queued since the export thread last looked; at a batch's worth it is woken.
     queued: Arc<AtomicUsize>,
     wake_at: usize,
+    /// Wakes the export thread waiting inside its runtime ([`Executor::wait`]); a
+    /// thread without one parks, and is unparked.
+    wake: Arc<Notify>,
     export_thread: Option<Thread>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
@@ -217,14 +222,18 @@ impl CountingBatchProcessor {
         let (spans, receiver) = mpsc::sync_channel(settings.max_queue_size);
         let (control, inbox) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let wake = Arc::new(Notify::new());
         let queue = ExportQueue {
             spans: receiver,
             inbox,
             queued: queued.clone(),
+            wake: wake.clone(),
         };
+        // The thread logs where its maker does: a service's export failures go to its log.
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
         let worker = std::thread::Builder::new()
             .name("span-export".into())
-            .spawn(move || export(queue))
+            .spawn(move || tracing::dispatcher::with_default(&dispatch, || export(queue)))
             .ok();
         Self {
             spans,
@@ -232,12 +241,14 @@ impl CountingBatchProcessor {
             counts,
             queued,
             wake_at: settings.max_export_batch_size,
+            wake,
             export_thread: worker.as_ref().map(|w| w.thread().clone()),
             worker: Mutex::new(worker),
         }
     }
 
     fn wake_export_thread(&self) {
+        self.wake.notify_one();
         if let Some(thread) = &self.export_thread {
             thread.unpark();
         }
@@ -306,6 +317,7 @@ struct ExportQueue {
     spans: Receiver<Box<SpanData>>,
     inbox: Receiver<Control>,
     queued: Arc<AtomicUsize>,
+    wake: Arc<Notify>,
 }
 
 /// How taking queued spans into a batch ended.
@@ -326,6 +338,8 @@ struct ExportThread<E> {
     batch: Vec<SpanData>,
     settings: BatchSettings,
     counts: SpanCounts,
+    /// Spans lost since exports began to fail, while they fail.
+    failing: Option<u64>,
 }
 
 /// The export thread: batches leave at the batch size or the schedule's delay; control
@@ -344,6 +358,7 @@ fn export_loop<E: SpanExporter>(
         batch: Vec::with_capacity(settings.max_export_batch_size),
         settings,
         counts,
+        failing: None,
     };
     let mut deadline = Instant::now() + settings.schedule_delay;
     loop {
@@ -370,7 +385,8 @@ fn export_loop<E: SpanExporter>(
             let _ = thread.export();
             deadline = Instant::now() + settings.schedule_delay;
         }
-        std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        thread.executor.wait(timeout, &thread.queue.wake);
     }
 }
 
@@ -406,8 +422,27 @@ impl<E: SpanExporter> ExportThread<E> {
         let size = spans.len() as u64;
         let result = self.executor.run(self.exporter.export(spans));
         match &result {
-            Ok(()) => self.counts.exported.inc_by(size),
-            Err(_) => self.counts.export_failed.inc_by(size),
+            Ok(()) => {
+                self.counts.exported.inc_by(size);
+                if let Some(lost) = self.failing.take() {
+                    tracing::info!(lost_spans = lost, "span export works again");
+                }
+            }
+            Err(e) => {
+                self.counts.export_failed.inc_by(size);
+                match &mut self.failing {
+                    Some(lost) => *lost += size,
+                    // Once per run of failures: an unreachable collector fails every batch.
+                    None => {
+                        tracing::warn!(
+                            error = %e,
+                            spans = size,
+                            "span export failed; its spans are lost (otel_spans_export_failed_total)"
+                        );
+                        self.failing = Some(size);
+                    }
+                }
+            }
         };
         result
     }
@@ -436,6 +471,21 @@ impl Executor {
         match self {
             Self::Runtime(runtime) => runtime.block_on(work),
             Self::Plain => futures::executor::block_on(work),
+        }
+    }
+
+    /// Sleeps until `wake` or `timeout`. A runtime waits inside itself, so the
+    /// exporter's connection keeps being driven between exports: a collector that closes
+    /// an idle connection (the trace viewer after 30 s) is seen to, and the next export
+    /// connects anew instead of writing into the closed one and failing.
+    fn wait(&self, timeout: Duration, wake: &Notify) {
+        match self {
+            Self::Runtime(runtime) => {
+                // The timer is made inside: it needs the runtime's clock.
+                let waited = async { tokio::time::timeout(timeout, wake.notified()).await };
+                let _ = runtime.block_on(waited);
+            }
+            Self::Plain => std::thread::park_timeout(timeout),
         }
     }
 }
@@ -595,8 +645,34 @@ mod tests {
     #[test]
     fn spans_ended_one_by_one_wake_the_export_thread_once_a_batch() {
         // Only full batches leave before the flush.
-        let (exporter, counts, provider) = gated(4_096, 500, Duration::from_secs(600));
+        let settings = BatchSettings {
+            max_queue_size: 4_096,
+            max_export_batch_size: 500,
+            schedule_delay: Duration::from_secs(600),
+        };
+        let exporter = Gated::new();
         exporter.open();
+        let counts = SpanCounts::default();
+        let plain = provider(exporter, settings, &counts);
+        wake_once_a_batch(&plain, &counts);
+        // An export thread with a runtime waits inside it: that must not wake it more.
+        let counts = SpanCounts::default();
+        let memory = InMemorySpanExporter::default();
+        let processor = CountingBatchProcessor::on_own_runtime(
+            move || Ok::<_, std::io::Error>(NeedsTokio(memory)),
+            settings,
+            counts.clone(),
+        )
+        .expect("started");
+        let on_runtime = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        wake_once_a_batch(&on_runtime, &counts);
+    }
+
+    /// Ends 2,100 spans one by one through `provider` (batches of 500, no schedule) and
+    /// checks that the export thread woke about once a batch.
+    fn wake_once_a_batch(provider: &SdkTracerProvider, counts: &SpanCounts) {
         let before = export_thread_switches();
         let tracer = provider.tracer("test");
         for i in 0..2_100 {
@@ -617,6 +693,72 @@ mod tests {
         );
         provider.force_flush().expect("flushed");
         assert_eq!(counts.exported.get(), 2_100, "the rest at the flush");
+    }
+
+    /// An exporter whose first `failures` exports fail, as behind a collector that is down.
+    #[derive(Debug)]
+    struct FailingFirst {
+        failures: AtomicUsize,
+    }
+
+    impl SpanExporter for FailingFirst {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            let failing = self
+                .failures
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Err(OTelSdkError::InternalFailure("collector down".into()));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn failed_exports_are_logged_once_a_run_and_their_end_with_the_spans_lost() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        let lines = crate::log_lines::Lines::default();
+        let writer = lines.clone();
+        let logs = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(logs));
+        let counts = SpanCounts::default();
+        let settings = BatchSettings {
+            max_queue_size: 100,
+            max_export_batch_size: 10,
+            schedule_delay: Duration::from_secs(600),
+        };
+        let exporter = FailingFirst {
+            failures: AtomicUsize::new(3),
+        };
+        // Made where a service makes it, under the service's dispatch.
+        let processor = tracing::dispatcher::with_default(&dispatch, || {
+            CountingBatchProcessor::new(exporter, settings, counts.clone())
+        });
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        for _ in 0..4 {
+            make_spans(&provider, 10);
+            let _ = provider.force_flush();
+        }
+        assert_eq!(counts.export_failed.get(), 30);
+        assert_eq!(counts.exported.get(), 10);
+        let text = lines.text();
+        let logged: Vec<&str> = text.lines().collect();
+        assert_eq!(logged.len(), 2, "{text}");
+        assert!(logged[0].contains("WARN"), "{}", logged[0]);
+        assert!(logged[0].contains("span export failed"), "{}", logged[0]);
+        assert!(logged[0].contains("collector down"), "{}", logged[0]);
+        assert!(logged[0].contains("spans=10"), "{}", logged[0]);
+        assert!(
+            logged[1].contains("span export works again"),
+            "{}",
+            logged[1]
+        );
+        assert!(logged[1].contains("lost_spans=30"), "{}", logged[1]);
     }
 
     /// An exporter that needs a Tokio runtime to export (as tonic's does): it waits on a

@@ -213,27 +213,33 @@ impl Telemetry {
         let settings = BatchSettings::from_env();
         let spans = SpanCounts::default();
         let url = destination.url(protocol);
-        let processor = match protocol {
+        let dispatch = dispatch(true);
+        // Made under the service's dispatch, which its export thread then logs to.
+        let processor = tracing::dispatcher::with_default(&dispatch, || match protocol {
             OtlpProtocol::Grpc => {
                 let build = move || {
                     GrpcSpanExporter::new(&url, export_timeout(), headers)
                         .map_err(TelemetryError::Endpoint)
                 };
-                CountingBatchProcessor::on_own_runtime(build, settings, spans.clone())?
+                CountingBatchProcessor::on_own_runtime(build, settings, spans.clone())
             }
             OtlpProtocol::HttpProtobuf => {
                 let exporter = SpanExporter::builder()
                     .with_http()
                     .with_endpoint(url)
                     .build()?;
-                CountingBatchProcessor::new(exporter, settings, spans.clone())
+                Ok(CountingBatchProcessor::new(
+                    exporter,
+                    settings,
+                    spans.clone(),
+                ))
             }
-        };
+        })?;
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
             .with_span_processor(processor)
             .build();
-        Ok(Self::from_provider(provider, scope_name, spans))
+        Ok(Self::from_provider(provider, scope_name, spans, dispatch))
     }
 
     /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).
@@ -249,7 +255,12 @@ impl Telemetry {
             )
             .with_simple_exporter(exporter)
             .build();
-        Self::from_provider(provider, service_name, SpanCounts::default())
+        Self::from_provider(
+            provider,
+            service_name,
+            SpanCounts::default(),
+            dispatch(true),
+        )
     }
 
     /// No spans at all (`OTEL_SDK_DISABLED=true`).
@@ -269,12 +280,13 @@ impl Telemetry {
         provider: SdkTracerProvider,
         scope_name: &'static str,
         spans: SpanCounts,
+        dispatch: tracing::Dispatch,
     ) -> Self {
         let tracer = provider.tracer(scope_name);
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             sdk: Some(Sdk { provider, tracer }),
-            dispatch: dispatch(true),
+            dispatch,
             propagator: Arc::new(TraceContextPropagator::new()),
             spans,
         }
@@ -413,6 +425,7 @@ fn passing_request_spans(filter: EnvFilter) -> EnvFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log_lines::Lines;
     use crate::span_events;
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState, Tracer as _};
     use tracing_subscriber::Layer as _;
@@ -491,34 +504,6 @@ mod tests {
         let mut headers = axum::http::HeaderMap::new();
         Telemetry::disabled().inject(&Context::new(), &mut headers);
         assert!(headers.is_empty(), "{headers:?}");
-    }
-
-    /// Log lines written to memory, as `LOG_FORMAT` would have them.
-    #[derive(Clone, Default)]
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn text(&self) -> String {
-            let bytes = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            String::from_utf8_lossy(&bytes).into_owned()
-        }
     }
 
     /// Logs two events inside a traced request's span through the service's dispatch
