@@ -254,8 +254,8 @@ async fn observe_under_dispatch(
     }
     let elapsed = started.elapsed();
     series.answered(status.as_u16(), elapsed.as_secs_f64());
-    // In the span without entering it, which costs each layer's bookkeeping even when no
-    // layer logs at debug.
+    // Given its span as parent rather than entering it: entering costs every layer's
+    // bookkeeping even when nothing logs at debug.
     tracing::debug!(
         parent: &span,
         status = status.as_u16(),

@@ -484,9 +484,10 @@ impl Executor {
     }
 
     /// Sleeps until `wake` or `timeout`. A runtime waits inside itself, so the
-    /// exporter's connection keeps being driven between exports: a collector that closes
-    /// an idle connection (the trace viewer after 30 s) is seen to, and the next export
-    /// connects anew instead of writing into the closed one and failing.
+    /// exporter's connection keeps being driven between exports: it answers the
+    /// collector's pings of an idle connection (the trace viewer pings after 30 s and
+    /// closes what has not answered 10 s later), and a connection the collector closed
+    /// is seen to, so the next export connects anew instead of writing into it and failing.
     fn wait(&self, timeout: Duration, wake: &Notify) {
         match self {
             Self::Runtime(runtime) => {
