@@ -24,23 +24,28 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
         .iter()
         .map(|span| {
             let scope = &span.instrumentation_scope;
-            scopes.iter().position(|s| *s == scope).unwrap_or_else(|| {
-                scopes.push(scope);
-                scopes.len() - 1
-            })
+            scopes
+                .iter()
+                .position(|s| same_scope(s, scope))
+                .unwrap_or_else(|| {
+                    scopes.push(scope);
+                    scopes.len() - 1
+                })
         })
         .collect();
     let mut out = Writer(Vec::with_capacity(
         256 + spans.iter().map(room_for).sum::<usize>(),
     ));
-    out.message(1, |out| {
+    // A batch is 16 KiB to 2 MiB, its length three bytes: with them set aside, the
+    // batch is not moved to make room for its length (twice, with its scope's).
+    out.message_with_room(1, 3, |out| {
         out.message(1, |out| {
             for (key, value) in resource.iter() {
                 attribute_field(out, 1, key.as_str(), value);
             }
         });
         for (index, scope) in scopes.iter().enumerate() {
-            out.message(2, |out| {
+            out.message_with_room(2, 3, |out| {
                 out.message(1, |out| {
                     out.string(1, scope.name());
                     out.string(2, scope.version().unwrap_or_default());
@@ -59,6 +64,17 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
         out.string(3, resource.schema_url().unwrap_or_default());
     });
     out.0
+}
+
+/// Whether two spans' scopes are the same. The same scope's copies list their attributes
+/// in the same order, which is checked first; the scope's own equality sorts them, ~170
+/// instructions a span even without any.
+fn same_scope(a: &InstrumentationScope, b: &InstrumentationScope) -> bool {
+    let same_order = a.name() == b.name()
+        && a.version() == b.version()
+        && a.schema_url() == b.schema_url()
+        && a.attributes().eq(b.attributes());
+    same_order || a == b
 }
 
 /// Bytes to set aside for `span`, a little more than it usually takes (its ids, name,
@@ -506,6 +522,21 @@ mod tests {
             assert_eq!(decode(&ours).ok(), decode(&theirs).ok());
             assert_eq!(ours, theirs);
         }
+    }
+
+    #[test]
+    fn scopes_are_the_same_whatever_the_order_of_their_attributes() {
+        let scope = |attributes: [(&'static str, i64); 2]| {
+            InstrumentationScope::builder("s")
+                .with_attributes(attributes.map(|(k, v)| KeyValue::new(k, v)))
+                .build()
+        };
+        let ab = scope([("a", 1), ("b", 2)]);
+        assert!(same_scope(&ab, &ab.clone()));
+        assert!(same_scope(&ab, &scope([("b", 2), ("a", 1)])));
+        assert!(!same_scope(&ab, &scope([("a", 1), ("b", 3)])));
+        let other = InstrumentationScope::builder("t").build();
+        assert!(!same_scope(&ab, &other));
     }
 
     /// A span's length is set aside as two bytes: shorter and longer spans are moved.
