@@ -4,6 +4,7 @@
 //! layers, graceful shutdown). Cosmos DB access is in `cosmos-kit`.
 
 pub mod client;
+mod leaf_span;
 #[cfg(test)]
 mod log_lines;
 pub mod metrics;

@@ -9,15 +9,22 @@ use std::sync::Arc;
 use axum::http::{HeaderName, HeaderValue};
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::propagation::TextMapPropagator;
-use opentelemetry::trace::{noop::NoopTracer, TraceContextExt as _, TracerProvider as _};
+use opentelemetry::trace::{
+    noop::NoopTracer, SpanContext, TraceContextExt as _, TracerProvider as _,
+};
 use opentelemetry::Context;
+use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanExporter as SpanExporterTrait};
+use opentelemetry_sdk::trace::{
+    SdkTracer, SdkTracerProvider, SimpleSpanProcessor, SpanExporter as SpanExporterTrait,
+    SpanProcessor,
+};
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
 use tracing_subscriber::EnvFilter;
 
+use crate::leaf_span::{LeafSpans, SharedProcessor};
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
 use crate::span_events::{SpanEvents, REQUEST_SPAN_TARGET};
@@ -85,12 +92,13 @@ pub struct Telemetry {
     spans: SpanCounts,
 }
 
-/// The SDK's provider (flushed on shutdown) and the tracer it made for the service:
-/// present together, with tracing on.
+/// The SDK's provider (flushed on shutdown), the tracer it made for the service, and
+/// where the service's leaf spans go: present together, with tracing on.
 #[derive(Clone)]
 struct Sdk {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
+    leaves: LeafSpans,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -235,11 +243,9 @@ impl Telemetry {
                 ))
             }
         })?;
-        let provider = SdkTracerProvider::builder()
-            .with_resource(resource)
-            .with_span_processor(processor)
-            .build();
-        Ok(Self::from_provider(provider, scope_name, spans, dispatch))
+        Ok(Self::from_processor(
+            processor, resource, scope_name, spans, dispatch,
+        ))
     }
 
     /// Exports synchronously to `exporter` (tests use the SDK's in-memory exporter).
@@ -247,16 +253,12 @@ impl Telemetry {
     where
         E: SpanExporterTrait + 'static,
     {
-        let provider = SdkTracerProvider::builder()
-            .with_resource(
-                Resource::builder_empty()
-                    .with_service_name(service_name.to_owned())
-                    .build(),
-            )
-            .with_simple_exporter(exporter)
+        let resource = Resource::builder_empty()
+            .with_service_name(service_name.to_owned())
             .build();
-        Self::from_provider(
-            provider,
+        Self::from_processor(
+            SimpleSpanProcessor::new(exporter),
+            resource,
             service_name,
             SpanCounts::default(),
             dispatch(true),
@@ -274,18 +276,35 @@ impl Telemetry {
         }
     }
 
-    /// `scope_name` is borrowed for good: every ended span carries a copy of the scope,
-    /// which an owned name would allocate and free again each time.
-    fn from_provider(
-        provider: SdkTracerProvider,
+    /// A tracer provider around `processor`, which is shared with the service's leaf
+    /// spans ([`LeafSpans`]): its resource is set here, before it is shared, as the
+    /// provider would set it. `scope_name` is borrowed for good: every ended span
+    /// carries a copy of the scope, which an owned name would allocate and free again
+    /// each time.
+    fn from_processor(
+        mut processor: impl SpanProcessor + 'static,
+        resource: Resource,
         scope_name: &'static str,
         spans: SpanCounts,
         dispatch: tracing::Dispatch,
     ) -> Self {
-        let tracer = provider.tracer(scope_name);
+        processor.set_resource(&resource);
+        let processor: Arc<dyn SpanProcessor> = Arc::new(processor);
+        let provider = SdkTracerProvider::builder()
+            .with_resource(resource)
+            .with_span_processor(SharedProcessor(processor.clone()))
+            .build();
+        // The scope `provider.tracer` gives its tracer.
+        let scope = InstrumentationScope::builder(scope_name).build();
+        let tracer = provider.tracer_with_scope(scope.clone());
+        let leaves = LeafSpans { processor, scope };
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
-            sdk: Some(Sdk { provider, tracer }),
+            sdk: Some(Sdk {
+                provider,
+                tracer,
+                leaves,
+            }),
             dispatch,
             propagator: Arc::new(TraceContextPropagator::new()),
             spans,
@@ -317,6 +336,11 @@ impl Telemetry {
         self.sdk.as_ref().map(|sdk| &sdk.tracer)
     }
 
+    /// Where leaf spans go ([`crate::leaf_span`]), with tracing on.
+    pub(crate) fn leaf_spans(&self) -> Option<&LeafSpans> {
+        self.sdk.as_ref().map(|sdk| &sdk.leaves)
+    }
+
     pub fn enabled(&self) -> bool {
         self.sdk.is_some()
     }
@@ -331,21 +355,7 @@ impl Telemetry {
     /// has entries. What the SDK's propagator writes, without its string formatting,
     /// which cost more than the rest of a traced backend call's span.
     pub fn inject(&self, cx: &Context, headers: &mut axum::http::HeaderMap) {
-        let span = cx.span();
-        let context = span.span_context();
-        if !context.is_valid() {
-            return;
-        }
-        let traceparent = W3cTraceparent::of(context);
-        if let Ok(value) = HeaderValue::from_bytes(traceparent.as_bytes()) {
-            headers.insert(TRACEPARENT, value);
-        }
-        let state = context.trace_state().header();
-        if !state.is_empty() {
-            if let Ok(value) = HeaderValue::from_str(&state) {
-                headers.insert(TRACESTATE, value);
-            }
-        }
+        inject_span_context(cx.span().span_context(), headers);
     }
 
     /// Exports what is buffered and stops the exporter; call once at shutdown.
@@ -357,6 +367,23 @@ impl Telemetry {
             if let Err(e) = provider.shutdown() {
                 tracing::debug!(error = %e, "tracer provider shutdown");
             }
+        }
+    }
+}
+
+/// [`Telemetry::inject`] of a span context.
+pub(crate) fn inject_span_context(context: &SpanContext, headers: &mut axum::http::HeaderMap) {
+    if !context.is_valid() {
+        return;
+    }
+    let traceparent = W3cTraceparent::of(context);
+    if let Ok(value) = HeaderValue::from_bytes(traceparent.as_bytes()) {
+        headers.insert(TRACEPARENT, value);
+    }
+    let state = context.trace_state().header();
+    if !state.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&state) {
+            headers.insert(TRACESTATE, value);
         }
     }
 }
