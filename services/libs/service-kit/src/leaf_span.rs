@@ -13,13 +13,17 @@ use std::sync::Arc;
 
 use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt as _, TraceFlags};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{IdGenerator as _, RandomIdGenerator, SpanData, SpanProcessor};
+use opentelemetry_sdk::Resource;
+
+use crate::span_batch::CountingBatchProcessor;
 
 /// Where a service's leaf spans go: its span processor, the one its tracer provider
 /// has, and the scope its tracer stamps on every span.
 #[derive(Clone)]
 pub(crate) struct LeafSpans {
-    pub(crate) processor: Arc<dyn SpanProcessor>,
+    pub(crate) processor: SharedProcessor,
     pub(crate) scope: InstrumentationScope,
 }
 
@@ -106,7 +110,7 @@ impl<'a> LeafSpan<'a> {
     fn record(&mut self) {
         if let Some(mut data) = self.data.take() {
             data.end_time = opentelemetry::time::now();
-            self.spans.processor.on_end(*data);
+            self.spans.processor.on_end_boxed(data);
         }
     }
 }
@@ -117,29 +121,57 @@ impl Drop for LeafSpan<'_> {
     }
 }
 
-/// The processor a tracer provider is given when the service also hands it leaf spans:
-/// the provider takes a processor by value, and this one is shared. The resource is set
-/// on the processor before it is shared ([`LeafSpans`]), as the provider would.
-#[derive(Debug)]
-pub(crate) struct SharedProcessor(pub(crate) Arc<dyn SpanProcessor>);
+/// A service's span processor, shared by its tracer provider (which takes a processor
+/// by value) and its leaf spans. Its resource is set before it is shared, as the provider
+/// would set it.
+#[derive(Debug, Clone)]
+pub(crate) enum SharedProcessor {
+    /// The batching processor, which queues a leaf span's box as it is: handed over by
+    /// value, the span was copied out of its box and into a new one (~200 instructions).
+    Batch(Arc<CountingBatchProcessor>),
+    Other(Arc<dyn SpanProcessor>),
+}
+
+impl SharedProcessor {
+    pub(crate) fn batch(mut processor: CountingBatchProcessor, resource: &Resource) -> Self {
+        processor.set_resource(resource);
+        Self::Batch(Arc::new(processor))
+    }
+
+    pub(crate) fn other(mut processor: impl SpanProcessor + 'static, resource: &Resource) -> Self {
+        processor.set_resource(resource);
+        Self::Other(Arc::new(processor))
+    }
+
+    fn on_end_boxed(&self, span: Box<SpanData>) {
+        match self {
+            Self::Batch(batch) => batch.queue(span),
+            Self::Other(processor) => processor.on_end(*span),
+        }
+    }
+
+    fn processor(&self) -> &dyn SpanProcessor {
+        match self {
+            Self::Batch(batch) => batch.as_ref(),
+            Self::Other(processor) => processor.as_ref(),
+        }
+    }
+}
 
 impl SpanProcessor for SharedProcessor {
     fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
-        self.0.on_start(span, cx);
+        self.processor().on_start(span, cx);
     }
 
     fn on_end(&self, span: SpanData) {
-        self.0.on_end(span);
+        self.processor().on_end(span);
     }
 
-    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.force_flush()
+    fn force_flush(&self) -> OTelSdkResult {
+        self.processor().force_flush()
     }
 
-    fn shutdown_with_timeout(
-        &self,
-        timeout: std::time::Duration,
-    ) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
+    fn shutdown_with_timeout(&self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.processor().shutdown_with_timeout(timeout)
     }
 }

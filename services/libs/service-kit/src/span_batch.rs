@@ -256,6 +256,18 @@ impl CountingBatchProcessor {
         }
     }
 
+    /// Queues an ended span for export ([`SpanProcessor::on_end`] of a span already
+    /// boxed, as a leaf span is).
+    pub(crate) fn queue(&self, span: Box<SpanData>) {
+        self.counts.ended.inc();
+        // Full, or the export thread is gone: either way the span is lost.
+        if self.spans.try_send(span).is_err() {
+            self.counts.dropped.inc();
+        } else if self.queued.fetch_add(1, Ordering::Relaxed) + 1 == self.wake_at {
+            self.wake_export_thread();
+        }
+    }
+
     fn wake_export_thread(&self) {
         self.wake.notify_one();
         if let Some(thread) = &self.export_thread {
@@ -289,13 +301,7 @@ impl SpanProcessor for CountingBatchProcessor {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        self.counts.ended.inc();
-        // Full, or the export thread is gone: either way the span is lost.
-        if self.spans.try_send(Box::new(span)).is_err() {
-            self.counts.dropped.inc();
-        } else if self.queued.fetch_add(1, Ordering::Relaxed) + 1 == self.wake_at {
-            self.wake_export_thread();
-        }
+        self.queue(Box::new(span));
     }
 
     fn force_flush(&self) -> OTelSdkResult {

@@ -18,7 +18,6 @@ use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     SdkTracer, SdkTracerProvider, SimpleSpanProcessor, SpanExporter as SpanExporterTrait,
-    SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
@@ -244,7 +243,11 @@ impl Telemetry {
             }
         })?;
         Ok(Self::from_processor(
-            processor, resource, scope_name, spans, dispatch,
+            SharedProcessor::batch(processor, &resource),
+            resource,
+            scope_name,
+            spans,
+            dispatch,
         ))
     }
 
@@ -257,7 +260,7 @@ impl Telemetry {
             .with_service_name(service_name.to_owned())
             .build();
         Self::from_processor(
-            SimpleSpanProcessor::new(exporter),
+            SharedProcessor::other(SimpleSpanProcessor::new(exporter), &resource),
             resource,
             service_name,
             SpanCounts::default(),
@@ -277,22 +280,19 @@ impl Telemetry {
     }
 
     /// A tracer provider around `processor`, which is shared with the service's leaf
-    /// spans ([`LeafSpans`]): its resource is set here, before it is shared, as the
-    /// provider would set it. `scope_name` is borrowed for good: every ended span
-    /// carries a copy of the scope, which an owned name would allocate and free again
-    /// each time.
+    /// spans ([`LeafSpans`]) and has its resource set. `scope_name` is borrowed for good:
+    /// every ended span carries a copy of the scope, which an owned name would allocate
+    /// and free again each time.
     fn from_processor(
-        mut processor: impl SpanProcessor + 'static,
+        processor: SharedProcessor,
         resource: Resource,
         scope_name: &'static str,
         spans: SpanCounts,
         dispatch: tracing::Dispatch,
     ) -> Self {
-        processor.set_resource(&resource);
-        let processor: Arc<dyn SpanProcessor> = Arc::new(processor);
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
-            .with_span_processor(SharedProcessor(processor.clone()))
+            .with_span_processor(processor.clone())
             .build();
         // The scope `provider.tracer` gives its tracer.
         let scope = InstrumentationScope::builder(scope_name).build();
