@@ -296,11 +296,14 @@ impl<'a> CallSpan<'a> {
 
     /// Ends the span with the call's outcome.
     fn end(self, outcome: &CallOutcome) {
-        let (attribute, status) = described(outcome);
         match self {
             Self::Untraced => {}
-            Self::Leaf(leaf) => leaf.end(attribute, status),
+            Self::Leaf(leaf) => {
+                let (attribute, status) = described(outcome);
+                leaf.end(attribute, status);
+            }
             Self::Sdk(cx) => {
+                let (attribute, status) = described(outcome);
                 let span = cx.span();
                 span.set_attribute(attribute);
                 if let Some(status) = status {
