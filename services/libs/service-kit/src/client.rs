@@ -8,7 +8,7 @@
 //! size.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::http::header::HOST;
@@ -57,23 +57,16 @@ impl ServerAttributes {
 
     /// Appends `origin`'s attributes to `attributes`.
     fn add(&self, origin: &Authority, attributes: &mut Vec<KeyValue>) {
-        let Ok(mut cached) = self.0.lock() else {
-            return server_attributes(origin.as_str(), attributes);
-        };
+        // Entries are pushed whole: one left by a panicking holder is still sound.
+        let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         // Compared as written: `Authority`'s own equality ignores case, letter by letter.
         let known = cached.iter().find(|(o, _)| o.as_str() == origin.as_str());
         if let Some((_, described)) = known {
             attributes.extend_from_slice(described);
             return;
         }
-        let (host, port) = host_and_port(origin.as_str());
-        let mut described = vec![KeyValue::new(
-            attribute::SERVER_ADDRESS,
-            StringValue::from(Arc::<str>::from(host)),
-        )];
-        if let Some(port) = port {
-            described.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
-        }
+        let mut described = Vec::with_capacity(2);
+        server_attributes(origin.as_str(), &mut described);
         attributes.extend_from_slice(&described);
         if cached.len() < Self::CACHED {
             cached.push((origin.clone(), described));
@@ -355,10 +348,14 @@ fn full_url(uri: &Uri) -> String {
 }
 
 /// `server.address` and `server.port` (when it has one) of an authority, `host[:port]`:
-/// a client span's target, or a server span's `Host`.
+/// a client span's target, or a server span's `Host`. The host is shared, so that a
+/// client's cached copy ([`ServerAttributes`]) is cloned without copying it.
 pub(crate) fn server_attributes(authority: &str, attributes: &mut Vec<KeyValue>) {
     let (host, port) = host_and_port(authority);
-    attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, host.to_owned()));
+    attributes.push(KeyValue::new(
+        attribute::SERVER_ADDRESS,
+        StringValue::from(Arc::<str>::from(host)),
+    ));
     if let Some(port) = port {
         attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
     }
