@@ -239,17 +239,14 @@ async fn invoice(
     let closed = cache::is_closed(&request, time::OffsetDateTime::now_utc());
     let span = cx.span();
     // The owner-month on the span (the No Caching rule reads it); skipped, with its
-    // allocations, when nothing records the span.
+    // allocations, when nothing records the span. Set together: each call takes the
+    // span's lock.
     if span.is_recording() {
-        span.set_attribute(KeyValue::new(
-            attribute::OWNER_ID,
-            request.owner_id.as_str().to_owned(),
-        ));
-        span.set_attribute(KeyValue::new(
-            attribute::INVOICE_MONTH,
-            request.year_month(),
-        ));
-        span.set_attribute(KeyValue::new(attribute::INVOICE_MONTH_CLOSED, closed));
+        span.set_attributes([
+            KeyValue::new(attribute::OWNER_ID, request.owner_id.as_str().to_owned()),
+            KeyValue::new(attribute::INVOICE_MONTH, request.year_month()),
+            KeyValue::new(attribute::INVOICE_MONTH_CLOSED, closed),
+        ]);
     }
     let query = request.to_query();
     let cache = state.cache.as_ref().filter(|_| closed);

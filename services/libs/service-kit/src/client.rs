@@ -45,31 +45,33 @@ pub struct TracedClient {
     servers: Arc<ServerAttributes>,
 }
 
-/// The `server.address` and `server.port` attributes of the origins a client calls, made
-/// once for each: parsing the authority and copying the host into a new string for every
-/// call cost ~350 instructions, a cached copy's clone (its host shared) ~50.
+/// The `server.address` and `server.port` attributes of the authorities (`host[:port]`) a
+/// client calls or a server is called by, made once for each: parsing the authority and
+/// copying the host into a new string for every call cost ~350 instructions, a cached
+/// copy's clone (its host shared) ~50.
 #[derive(Debug, Default)]
-struct ServerAttributes(Mutex<Vec<(Authority, Vec<KeyValue>)>>);
+pub(crate) struct ServerAttributes(Mutex<Vec<(Box<str>, Vec<KeyValue>)>>);
 
 impl ServerAttributes {
-    /// Origins beyond this many are described at every call.
+    /// Authorities beyond this many are described at every call: a server's are its
+    /// callers' `Host` headers, whatever they send.
     const CACHED: usize = 32;
 
-    /// Appends `origin`'s attributes to `attributes`.
-    fn add(&self, origin: &Authority, attributes: &mut Vec<KeyValue>) {
+    /// Appends `authority`'s attributes to `attributes`.
+    pub(crate) fn add(&self, authority: &str, attributes: &mut Vec<KeyValue>) {
         // Entries are pushed whole: one left by a panicking holder is still sound.
         let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         // Compared as written: `Authority`'s own equality ignores case, letter by letter.
-        let known = cached.iter().find(|(o, _)| o.as_str() == origin.as_str());
+        let known = cached.iter().find(|(a, _)| **a == *authority);
         if let Some((_, described)) = known {
             attributes.extend_from_slice(described);
             return;
         }
         let mut described = Vec::with_capacity(2);
-        server_attributes(origin.as_str(), &mut described);
+        server_attributes(authority, &mut described);
         attributes.extend_from_slice(&described);
         if cached.len() < Self::CACHED {
-            cached.push((origin.clone(), described));
+            cached.push((authority.into(), described));
         }
     }
 }
@@ -265,7 +267,7 @@ impl<'a> CallSpan<'a> {
             KeyValue::new(attribute::URL_FULL, full_url(uri)),
         ]);
         if let Some(authority) = uri.authority() {
-            servers.add(authority, &mut attributes);
+            servers.add(authority.as_str(), &mut attributes);
         }
         match LeafSpan::start(leaves, parent, name, SpanKind::Client, attributes) {
             Ok(leaf) => Self::Leaf(leaf),
@@ -513,12 +515,11 @@ mod tests {
             "example.com",
             "[::1]:80",
         ] {
-            let origin = Authority::from_static(text);
             let mut expected = Vec::new();
             server_attributes(text, &mut expected);
             for _ in 0..2 {
                 let mut described = vec![KeyValue::new("before", 1)];
-                servers.add(&origin, &mut described);
+                servers.add(text, &mut described);
                 assert_eq!(described[1..], expected[..], "{text}");
             }
         }

@@ -3,7 +3,7 @@
 //! `/metrics`, and serving with graceful shutdown on SIGTERM / Ctrl-C.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
@@ -17,7 +17,7 @@ use dronelab_contract::routes;
 use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, KeyValue, StringValue};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -25,7 +25,8 @@ use tower_http::timeout::TimeoutLayer;
 use tracing::instrument::WithSubscriber as _;
 use tracing::Instrument as _;
 
-use crate::metrics::{method_label, HttpServerMetrics, MetricsRegistry};
+use crate::client::ServerAttributes;
+use crate::metrics::{method_label, HttpServerMetrics, MetricsRegistry, RouteSeries};
 use crate::problem::Problem;
 use crate::span_events;
 use crate::telemetry::Telemetry;
@@ -36,19 +37,78 @@ use crate::traceparent::W3cTraceparent;
 pub struct Instrumentation {
     pub telemetry: Telemetry,
     pub metrics: MetricsRegistry,
-    http: HttpServerMetrics,
+    routes: Arc<ServedRoutes>,
+    /// The `server.address`/`server.port` of the `Host`s requests name.
+    hosts: Arc<ServerAttributes>,
 }
 
 impl Instrumentation {
     pub fn new(telemetry: Telemetry) -> Self {
         let metrics = MetricsRegistry::default();
-        let http = HttpServerMetrics::register(&metrics);
+        let routes = ServedRoutes {
+            metrics: HttpServerMetrics::register(&metrics),
+            served: RwLock::default(),
+        };
         telemetry.span_counts().register(&metrics);
         Self {
             telemetry,
             metrics,
-            http,
+            routes: Arc::new(routes),
+            hosts: Arc::default(),
         }
+    }
+}
+
+/// What a server keeps of each method and route it serves, made at its first request:
+/// its metric series ([`HttpServerMetrics::route`]), and its server span's name and
+/// `http.route` as text made once (allocating them for every request cost ~400
+/// instructions, traced). Bounded: routes × the methods [`method_label`] names.
+struct ServedRoutes {
+    metrics: HttpServerMetrics,
+    served: RwLock<Vec<Arc<ServedRoute>>>,
+}
+
+struct ServedRoute {
+    method: &'static str,
+    /// `{method} {route}`, or `HTTP {route}` for a method outside the conventions' list.
+    /// Kept for the process's life: the set of methods and routes is bounded (see
+    /// [`method_label`]), as it is for the metric series.
+    span_name: &'static str,
+    series: RouteSeries,
+}
+
+impl ServedRoute {
+    /// The route, the end of the span's name.
+    fn route(&self) -> &'static str {
+        let name = self.span_name;
+        name.split_once(' ').map_or(name, |(_, route)| route)
+    }
+}
+
+impl ServedRoutes {
+    fn get(&self, method: &'static str, route: &str) -> Arc<ServedRoute> {
+        let found = |served: &[Arc<ServedRoute>]| {
+            served
+                .iter()
+                .find(|r| r.method == method && r.route() == route)
+                .cloned()
+        };
+        // A poisoned lock only means a panic elsewhere mid-push; the list is still whole.
+        if let Some(known) = found(&self.served.read().unwrap_or_else(PoisonError::into_inner)) {
+            return known;
+        }
+        let mut served = self.served.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = found(&served) {
+            return known;
+        }
+        let span_method = if method == "_OTHER" { "HTTP" } else { method };
+        let new = Arc::new(ServedRoute {
+            method,
+            span_name: String::leak(server_span(span_method, route)),
+            series: self.metrics.route(method, route),
+        });
+        served.push(Arc::clone(&new));
+        new
     }
 }
 
@@ -150,38 +210,46 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &W3cTraceparent)
 /// conventions' attributes, as a child of the caller's W3C context; with tracing off, an
 /// empty context.
 fn start_server_span(
-    telemetry: &Telemetry,
+    instrumentation: &Instrumentation,
     request: &Request,
-    method: &'static str,
-    route: &str,
+    route: &ServedRoute,
 ) -> Context {
+    let telemetry = &instrumentation.telemetry;
     let Some(tracer) = telemetry.sdk_tracer() else {
         return Context::new();
     };
     let parent = telemetry.extract(request.headers());
     let span = tracer
-        .span_builder(server_span(
-            if method == "_OTHER" { "HTTP" } else { method },
-            route,
-        ))
+        .span_builder(route.span_name)
         .with_kind(SpanKind::Server)
-        .with_attributes(request_attributes(request, method, route))
+        .with_attributes(request_attributes(&instrumentation.hosts, request, route))
         .start_with_context(tracer, &parent);
     parent.with_span(span)
 }
 
 /// The OpenTelemetry HTTP server conventions' attributes of a request.
-fn request_attributes(request: &Request, method: &'static str, route: &str) -> Vec<KeyValue> {
+fn request_attributes(
+    hosts: &ServerAttributes,
+    request: &Request,
+    route: &ServedRoute,
+) -> Vec<KeyValue> {
     // Six here, room for what a handler adds (the gateway: four) and the status code:
     // the span keeps this vector, and a full one would be copied into a larger one.
     let mut attributes = Vec::with_capacity(12);
+    let path = request.uri().path();
+    // A route without parameters is its own path: shared, not copied.
+    let path = if path == route.route() {
+        StringValue::from(route.route())
+    } else {
+        StringValue::from(path.to_owned())
+    };
     attributes.extend([
-        KeyValue::new(attribute::HTTP_REQUEST_METHOD, method),
-        KeyValue::new(attribute::HTTP_ROUTE, route.to_owned()),
-        KeyValue::new(attribute::URL_PATH, request.uri().path().to_owned()),
+        KeyValue::new(attribute::HTTP_REQUEST_METHOD, route.method),
+        KeyValue::new(attribute::HTTP_ROUTE, route.route()),
+        KeyValue::new(attribute::URL_PATH, path),
         KeyValue::new(attribute::URL_SCHEME, "http"),
     ]);
-    if method == "_OTHER" {
+    if route.method == "_OTHER" {
         attributes.push(KeyValue::new(
             attribute::HTTP_REQUEST_METHOD_ORIGINAL,
             request.method().as_str().to_owned(),
@@ -193,7 +261,7 @@ fn request_attributes(request: &Request, method: &'static str, route: &str) -> V
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
     if let Some(host) = host {
-        crate::client::server_attributes(host, &mut attributes);
+        hosts.add(host, &mut attributes);
     }
     attributes
 }
@@ -227,8 +295,8 @@ async fn observe_under_dispatch(
     let method = method_label(request.method());
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let telemetry = &instrumentation.telemetry;
-    let cx = start_server_span(telemetry, &request, method, route);
+    let served = instrumentation.routes.get(method, route);
+    let cx = start_server_span(&instrumentation, &request, &served);
     let ids = {
         let span = cx.span();
         let context = span.span_context();
@@ -245,7 +313,7 @@ async fn observe_under_dispatch(
         None => tracing::Span::none(),
     };
     request.extensions_mut().insert(RequestContext(cx.clone()));
-    let series = instrumentation.http.route(method, route);
+    let series = &served.series;
     series.active.inc();
     let mut response = next.run(request).instrument(span.clone()).await;
     series.active.dec();

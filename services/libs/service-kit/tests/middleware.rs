@@ -147,6 +147,56 @@ async fn a_request_is_a_server_span_named_and_tagged_by_the_http_conventions() {
     assert!(traceresponse.contains(&trace_id), "{traceresponse}");
 }
 
+/// The server keeps each route's span name and each `Host`'s attributes after the first
+/// request; later requests must be described as the first one was, each by its own.
+#[tokio::test]
+async fn spans_of_the_same_route_and_host_are_described_alike_each_by_its_request() {
+    let app = app(Limits::default(), true);
+    let requests = [
+        ("GET", "/items/7", "example.test:8093"),
+        ("GET", "/items/8", "example.test:8093"),
+        ("GET", "/boom", "other.test"),
+        ("GET", "/boom", "example.test:8093"),
+        ("BREW", "/items/9", "other.test"),
+        ("GET", "/items/7", "other.test"),
+    ];
+    for (method, uri, host) in requests {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("host", host)
+            .body(Body::empty())
+            .expect("request");
+        send(&app.router, request).await;
+    }
+    let spans = server_spans(&app.spans);
+    assert_eq!(spans.len(), requests.len(), "{spans:?}");
+    for (span, (method, uri, host)) in spans.iter().zip(requests) {
+        let text = |key| attribute_of(span, key).map(|v| v.as_str().into_owned());
+        let route = if uri.starts_with("/items/") {
+            "/items/{id}"
+        } else {
+            uri
+        };
+        let (named, conventional) = match method {
+            "GET" => ("GET", "GET"),
+            _ => ("HTTP", "_OTHER"),
+        };
+        assert_eq!(span.name, format!("{named} {route}"), "{uri}");
+        assert_eq!(
+            text(attribute::HTTP_REQUEST_METHOD).as_deref(),
+            Some(conventional)
+        );
+        assert_eq!(text(attribute::HTTP_ROUTE).as_deref(), Some(route));
+        assert_eq!(text(attribute::URL_PATH).as_deref(), Some(uri));
+        let (address, port) = host.split_once(':').map_or((host, None), |(a, p)| {
+            (a, Some(Value::I64(p.parse().expect("port"))))
+        });
+        assert_eq!(text(attribute::SERVER_ADDRESS).as_deref(), Some(address));
+        assert_eq!(attribute_of(span, attribute::SERVER_PORT).cloned(), port);
+    }
+}
+
 #[tokio::test]
 async fn a_callers_traceparent_is_continued() {
     let app = app(Limits::default(), true);
