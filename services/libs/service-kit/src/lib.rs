@@ -11,6 +11,7 @@ pub mod metrics;
 mod otlp_encode;
 mod otlp_grpc;
 pub mod problem;
+mod request_scope;
 pub mod server;
 pub mod span_batch;
 mod span_events;

@@ -23,12 +23,11 @@ use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tracing::instrument::WithSubscriber as _;
-use tracing::Instrument as _;
 
 use crate::client::ServerAttributes;
 use crate::metrics::{method_label, HttpServerMetrics, MetricsRegistry, RouteSeries};
 use crate::problem::Problem;
-use crate::span_events;
+use crate::request_scope;
 use crate::telemetry::Telemetry;
 use crate::traceparent::W3cTraceparent;
 
@@ -284,8 +283,9 @@ async fn observe(
         .await
 }
 
-/// [`observe`] of a traced route, run under the service's `tracing` dispatch: its request
-/// span and log lines go there without setting the dispatch again for each.
+/// [`observe`] of a traced route, run under the service's `tracing` dispatch: its log
+/// lines go there without setting the dispatch again for each. A traced request is served
+/// in its [`request_scope`], where they find its ids.
 async fn observe_under_dispatch(
     instrumentation: Arc<Instrumentation>,
     mut request: Request,
@@ -302,47 +302,44 @@ async fn observe_under_dispatch(
         let context = span.span_context();
         context.is_valid().then(|| W3cTraceparent::of(context))
     };
-    // Untraced, the span would carry no ids: log lines lose nothing without it, and the
-    // untraced gateway saves ~5k of its ~141k instructions per invoice.
-    let span = match &ids {
-        Some(ids) => {
-            let span = span_events::request_span();
-            span_events::attach(&span, cx.clone(), *ids);
-            span
-        }
-        None => tracing::Span::none(),
-    };
     request.extensions_mut().insert(RequestContext(cx.clone()));
-    let series = &served.series;
-    series.active.inc();
-    let mut response = next.run(request).instrument(span.clone()).await;
-    series.active.dec();
+    let answer = async {
+        let series = &served.series;
+        series.active.inc();
+        let mut response = next.run(request).await;
+        series.active.dec();
 
-    let status = response.status();
-    let server_span = cx.span();
-    if let Some(ids) = &ids {
-        server_span.set_attribute(KeyValue::new(
-            attribute::HTTP_RESPONSE_STATUS_CODE,
-            i64::from(status.as_u16()),
-        ));
-        if status.is_server_error() {
-            server_span.set_status(opentelemetry::trace::Status::error(status.to_string()));
+        let status = response.status();
+        let server_span = cx.span();
+        if let Some(ids) = &ids {
+            server_span.set_attribute(KeyValue::new(
+                attribute::HTTP_RESPONSE_STATUS_CODE,
+                i64::from(status.as_u16()),
+            ));
+            if status.is_server_error() {
+                server_span.set_status(opentelemetry::trace::Status::error(status.to_string()));
+            }
+            add_trace_headers(response.headers_mut(), ids);
         }
-        add_trace_headers(response.headers_mut(), ids);
+        let elapsed = started.elapsed();
+        series.answered(status.as_u16(), elapsed.as_secs_f64());
+        tracing::debug!(
+            status = status.as_u16(),
+            elapsed_ms = elapsed.as_millis() as u64,
+            "answered"
+        );
+        // After the last log line, which joins the span as an event.
+        server_span.end();
+        response
+    };
+    // Untraced, there are no ids for the log lines to show.
+    match ids {
+        Some(ids) => {
+            let dispatch = instrumentation.telemetry.dispatch().clone();
+            request_scope::in_request(cx.clone(), ids, dispatch, answer).await
+        }
+        None => answer.await,
     }
-    let elapsed = started.elapsed();
-    series.answered(status.as_u16(), elapsed.as_secs_f64());
-    // Given its span as parent rather than entering it: entering costs every layer's
-    // bookkeeping even when nothing logs at debug.
-    tracing::debug!(
-        parent: &span,
-        status = status.as_u16(),
-        elapsed_ms = elapsed.as_millis() as u64,
-        "answered"
-    );
-    // After the last log line, which joins the span as an event.
-    server_span.end();
-    response
 }
 
 /// Serves `app` within the connection limits every dronelab server keeps

@@ -2,74 +2,24 @@
 //! OpenTelemetry server span as a span event, named by its message, with its level and
 //! its other fields as attributes. The server span itself is made through the
 //! OpenTelemetry API (a bridged `tracing` span cost the gateway about a tenth of its
-//! instructions per request); the request's `tracing` span only carries the ids every log
-//! line shows, and the OpenTelemetry context it stands for ([`attach`]).
-//!
-//! The ids are recorded on the request span at its first event, not when it is made: the
-//! log layer formats a span's fields as they are recorded, ~3k instructions for the two
-//! ids, and most requests log nothing.
+//! instructions per request); the request's `tracing` span, made only when something is
+//! logged ([`crate::request_scope`]), carries the ids every log line shows and the
+//! OpenTelemetry context it stands for ([`RequestSpanContext`]).
 
 use std::fmt;
 
 use opentelemetry::trace::TraceContextExt as _;
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::KeyValue;
 use tracing::field::{Field, Visit};
 use tracing::Subscriber;
 use tracing_subscriber::layer::Context as LayerContext;
-use tracing_subscriber::registry::{LookupSpan, SpanRef};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
-use crate::traceparent::W3cTraceparent;
+use crate::request_scope::RequestSpanContext;
 
-/// The `tracing` span every request is served in ([`request_span`]): its target, which
-/// nothing else logs to (the filter lets it through by this target), and its name.
-pub(crate) const REQUEST_SPAN_TARGET: &str = "dronelab_request";
-const REQUEST_SPAN: &str = "request";
-
-/// The fields of a request's `tracing` span ([`request_span`]), made empty and recorded
-/// at its first event.
-const TRACE_ID: &str = "trace_id";
-const SPAN_ID: &str = "span_id";
-
-/// The `tracing` span a traced request is served in, for its log lines: they show its
-/// trace and span id, and join its server span as events ([`attach`]). Made in the
-/// current dispatch, the service's.
-pub(crate) fn request_span() -> tracing::Span {
-    tracing::info_span!(
-        target: REQUEST_SPAN_TARGET,
-        REQUEST_SPAN,
-        // The names of TRACE_ID and SPAN_ID (a span's fields are named in the macro).
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty,
-    )
-}
-
-/// What a request's `tracing` span stands for, kept in the span's extensions: the
-/// OpenTelemetry context its events join, and its ids until an event records them
-/// through the span's dispatch (inside an event, `tracing` offers no other).
-struct RequestSpan {
-    cx: Context,
-    ids: Option<(W3cTraceparent, tracing::Dispatch)>,
-}
-
-/// Makes the events logged inside `span` (or a span within it) join `cx`'s span, and
-/// the first of them record `ids` in `span`'s fields [`TRACE_ID`] and [`SPAN_ID`].
-pub(crate) fn attach(span: &tracing::Span, cx: Context, ids: W3cTraceparent) {
-    span.with_subscriber(|(id, dispatch)| {
-        let span = dispatch
-            .downcast_ref::<tracing_subscriber::Registry>()
-            .and_then(|registry| registry.span(id));
-        if let Some(span) = span {
-            let ids = Some((ids, dispatch.clone()));
-            span.extensions_mut().insert(RequestSpan { cx, ids });
-        }
-    });
-}
-
-/// The layer that adds events to the OpenTelemetry span [`attach`]ed to the nearest
-/// enclosing `tracing` span, and records that span's ids at its first event; events
-/// outside any such span are left to the log lines. It must see an event before the log
-/// layer does, which then prints the ids.
+/// The layer that adds events to the OpenTelemetry span of the nearest enclosing request
+/// span; events outside any request are left to the log lines.
 pub(crate) struct SpanEvents;
 
 impl<S> Layer<S> for SpanEvents
@@ -81,11 +31,10 @@ where
             return;
         };
         for span in scope {
-            let mut extensions = span.extensions_mut();
-            let Some(request) = extensions.get_mut::<RequestSpan>() else {
+            let extensions = span.extensions();
+            let Some(RequestSpanContext(cx)) = extensions.get::<RequestSpanContext>() else {
                 continue;
             };
-            let ids = request.ids.take();
             let metadata = event.metadata();
             let mut fields = EventFields {
                 message: None,
@@ -93,38 +42,10 @@ where
             };
             event.record(&mut fields);
             let name = fields.message.unwrap_or_else(|| metadata.name().to_owned());
-            request.cx.span().add_event(name, fields.attributes);
-            // Recording reaches the log layer, which takes the extensions itself.
-            drop(extensions);
-            if let Some((ids, dispatch)) = ids {
-                record_ids(&span, &ids, &dispatch);
-            }
+            cx.span().add_event(name, fields.attributes);
             return;
         }
     }
-}
-
-/// Records `ids` in `span`'s fields through `dispatch`, the span's, so that every layer
-/// (the log layer's formatted fields) sees them.
-fn record_ids<S>(span: &SpanRef<'_, S>, ids: &W3cTraceparent, dispatch: &tracing::Dispatch)
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    let fields = span.metadata().fields();
-    let (Some(trace_field), Some(span_field)) = (fields.field(TRACE_ID), fields.field(SPAN_ID))
-    else {
-        return;
-    };
-    let (trace_id, span_id) = (
-        tracing::field::display(ids.trace_id()),
-        tracing::field::display(ids.span_id()),
-    );
-    let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
-        (&trace_field, Some(&trace_id)),
-        (&span_field, Some(&span_id)),
-    ];
-    let values = fields.value_set(&values);
-    dispatch.record(&span.id(), &tracing::span::Record::new(&values));
 }
 
 /// An event's message and its other fields as attributes.
@@ -180,31 +101,32 @@ impl Visit for EventFields {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request_scope::{in_request, RequestRegistry};
+    use crate::traceparent::W3cTraceparent;
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry::Context;
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
     use tracing_subscriber::layer::SubscriberExt as _;
 
-    #[test]
-    fn events_inside_an_attached_span_join_its_opentelemetry_span_and_others_do_not() {
+    #[tokio::test]
+    async fn events_inside_a_request_join_its_opentelemetry_span_and_others_do_not() {
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
             .build();
         let tracer = provider.tracer("test");
-        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(SpanEvents));
-        tracing::dispatcher::with_default(&dispatch, || {
-            tracing::info!("outside any span");
-            let request = tracing::info_span!("request");
-            let cx = Context::new().with_span(tracer.start("server"));
-            let ids = W3cTraceparent::of(cx.span().span_context());
-            attach(&request, cx.clone(), ids);
-            request.in_scope(|| {
-                tracing::warn!(status = 503_u16, retried = true, error = %"boom", "answered");
-                tracing::info_span!("inner").in_scope(|| tracing::info!(big = u64::MAX, "deep"));
-            });
-            tracing::info_span!("unattached").in_scope(|| tracing::info!("not joined"));
-            cx.span().end();
-        });
+        let dispatch = tracing::Dispatch::new(RequestRegistry::default().with(SpanEvents));
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        tracing::info!("outside any request");
+        let cx = Context::new().with_span(tracer.start("server"));
+        let ids = W3cTraceparent::of(cx.span().span_context());
+        in_request(cx.clone(), ids, dispatch.clone(), async {
+            tracing::warn!(status = 503_u16, retried = true, error = %"boom", "answered");
+            tracing::info_span!("inner").in_scope(|| tracing::info!(big = u64::MAX, "deep"));
+        })
+        .await;
+        tracing::info_span!("unattached").in_scope(|| tracing::info!("not joined"));
+        cx.span().end();
         let spans = exporter.get_finished_spans().expect("spans");
         assert_eq!(spans.len(), 1);
         let events: Vec<_> = spans[0].events.iter().collect();

@@ -21,12 +21,12 @@ use opentelemetry_sdk::trace::{
 };
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
-use tracing_subscriber::EnvFilter;
 
 use crate::leaf_span::{LeafSpans, SharedProcessor};
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
+use crate::request_scope::RequestRegistry;
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
-use crate::span_events::{SpanEvents, REQUEST_SPAN_TARGET};
+use crate::span_events::SpanEvents;
 use crate::traceparent::W3cTraceparent;
 
 const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
@@ -430,8 +430,9 @@ pub fn init_logging() {
 
 /// A service's `tracing` pipeline: log lines filtered by `RUST_LOG`, and, with tracing
 /// on, the events logged inside a request as events of its OpenTelemetry server span
-/// ([`SpanEvents`]). Request spans pass the filter whatever `RUST_LOG` says: log lines
-/// must not lose their trace id, nor traces the events logged in them.
+/// ([`SpanEvents`]). A request's span is made by the registry, not by a callsite, so no
+/// `RUST_LOG` filters it out: log lines must not lose their trace id, nor traces the
+/// events logged in them.
 fn dispatch(traced: bool) -> tracing::Dispatch {
     dispatch_logging_to(traced, lifecycle::log_layer())
 }
@@ -440,18 +441,16 @@ fn dispatch(traced: bool) -> tracing::Dispatch {
 ///
 /// The filter is global, not per layer: a per-layer filter looks the span up in the
 /// registry at every entry and exit, and, being an `or` with a closure, gave no level hint,
-/// so every disabled `debug!` in the process asked the dispatch. The request spans pass
-/// through a directive of their own target, which no other span or event has.
+/// so every disabled `debug!` in the process asked the dispatch.
 pub(crate) fn dispatch_logging_to(
     traced: bool,
-    logs: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>,
+    logs: Box<dyn tracing_subscriber::Layer<RequestRegistry> + Send + Sync>,
 ) -> tracing::Dispatch {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
 
-    let filter = passing_request_spans(lifecycle::env_filter("info"));
-    let registry = tracing_subscriber::registry();
-    // Span events first, as they record the ids the log line shows.
+    let filter = lifecycle::env_filter("info");
+    let registry = RequestRegistry::default();
     if traced {
         tracing::Dispatch::new(registry.with(SpanEvents.and_then(logs)).with(filter))
     } else {
@@ -459,21 +458,12 @@ pub(crate) fn dispatch_logging_to(
     }
 }
 
-/// `filter` with a directive that lets the request spans through, whatever else it says.
-fn passing_request_spans(filter: EnvFilter) -> EnvFilter {
-    match format!("{REQUEST_SPAN_TARGET}=info").parse() {
-        Ok(directive) => filter.add_directive(directive),
-        // A constant target and level parse (the tests check the spans pass).
-        Err(_) => filter,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::log_lines::Lines;
-    use crate::span_events;
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState, Tracer as _};
+    use tracing_subscriber::EnvFilter;
     use tracing_subscriber::Layer as _;
 
     #[test]
@@ -552,54 +542,64 @@ mod tests {
         assert!(headers.is_empty(), "{headers:?}");
     }
 
-    /// Logs two events inside a traced request's span through the service's dispatch
-    /// logging with `logs`; the request's ids and what was written.
-    fn log_in_a_request(
-        logs: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>,
+    type LogLayer = Box<dyn tracing_subscriber::Layer<RequestRegistry> + Send + Sync>;
+
+    /// A log layer writing text lines to `lines`.
+    fn text_lines(lines: &Lines) -> LogLayer {
+        let writer = lines.clone();
+        tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .boxed()
+    }
+
+    /// Logs two events inside a traced request served under `dispatch`, whose log layer
+    /// writes `lines`, and one after it; the request's ids and what was written.
+    async fn log_in_a_request(
+        dispatch: tracing::Dispatch,
         lines: &Lines,
     ) -> (W3cTraceparent, String) {
         let provider = SdkTracerProvider::builder().build();
         let tracer = provider.tracer("test");
-        let dispatch = dispatch_logging_to(true, logs);
         let cx = Context::new().with_span(tracer.start("server"));
         let ids = W3cTraceparent::of(cx.span().span_context());
-        tracing::dispatcher::with_default(&dispatch, || {
-            let request = span_events::request_span();
-            span_events::attach(&request, cx, ids);
-            request.in_scope(|| {
-                tracing::warn!("first");
-                tracing::warn!(status = 503_u16, "second");
-            });
-            tracing::warn!("outside");
-        });
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        let request = async {
+            tracing::warn!("first");
+            tracing::warn!(status = 503_u16, "second");
+        };
+        crate::request_scope::in_request(cx, ids, dispatch.clone(), request).await;
+        tracing::warn!("outside");
         (ids, lines.text())
     }
 
-    #[test]
-    fn request_spans_pass_whatever_the_filter_says_and_nothing_else_does() {
+    #[tokio::test]
+    async fn a_request_spans_ids_are_on_its_log_lines_whatever_the_filter_says() {
         use tracing_subscriber::layer::SubscriberExt as _;
 
-        for directives in ["off", "error", "warn,dronelab=debug", "info"] {
-            let filter = passing_request_spans(EnvFilter::new(directives));
-            let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(filter));
-            tracing::dispatcher::with_default(&dispatch, || {
-                assert!(!span_events::request_span().is_disabled(), "{directives}");
-                let other = tracing::info_span!(target: "service_kit::server", "request");
-                let passes = directives == "info";
-                assert_eq!(!other.is_disabled(), passes, "{directives}");
-            });
+        for directives in ["warn", "warn,dronelab_request=off", "off"] {
+            let lines = Lines::default();
+            let filter = EnvFilter::new(directives);
+            let registry = RequestRegistry::default();
+            let dispatch = tracing::Dispatch::new(registry.with(text_lines(&lines)).with(filter));
+            let (ids, text) = log_in_a_request(dispatch, &lines).await;
+            let written: Vec<&str> = text.lines().collect();
+            if directives == "off" {
+                assert!(written.is_empty(), "{text}");
+                continue;
+            }
+            assert_eq!(written.len(), 3, "{directives}: {text}");
+            for line in &written[..2] {
+                assert!(line.contains(ids.trace_id()), "{directives}: {line}");
+            }
         }
     }
 
-    #[test]
-    fn a_request_spans_ids_are_on_every_log_line_inside_it_once() {
+    #[tokio::test]
+    async fn a_request_spans_ids_are_on_every_log_line_inside_it_once() {
         let lines = Lines::default();
-        let writer = lines.clone();
-        let logs = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .boxed();
-        let (ids, text) = log_in_a_request(logs, &lines);
+        let dispatch = dispatch_logging_to(true, text_lines(&lines));
+        let (ids, text) = log_in_a_request(dispatch, &lines).await;
         let prefix = format!(
             "request{{trace_id={} span_id={}}}:",
             ids.trace_id(),
@@ -615,8 +615,8 @@ mod tests {
         assert!(!written[2].contains("trace_id"), "{}", written[2]);
     }
 
-    #[test]
-    fn a_request_spans_ids_are_in_every_json_log_line_inside_it() {
+    #[tokio::test]
+    async fn a_request_spans_ids_are_in_every_json_log_line_inside_it() {
         let lines = Lines::default();
         let writer = lines.clone();
         let logs = tracing_subscriber::fmt::layer()
@@ -625,7 +625,8 @@ mod tests {
             .with_span_list(false)
             .with_writer(move || writer.clone())
             .boxed();
-        let (ids, text) = log_in_a_request(logs, &lines);
+        let dispatch = dispatch_logging_to(true, logs);
+        let (ids, text) = log_in_a_request(dispatch, &lines).await;
         let written: Vec<serde_json::Value> = text
             .lines()
             .map(|line| serde_json::from_str(line).expect("a JSON line"))
