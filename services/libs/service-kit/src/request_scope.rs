@@ -17,6 +17,7 @@
 use std::cell::OnceCell;
 use std::future::Future;
 
+use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::Context;
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
@@ -56,12 +57,12 @@ tokio::task_local! {
     static REQUEST: RequestScope;
 }
 
-/// A traced request being served: its OpenTelemetry context, its ids, the dispatch it is
-/// served under, and its `tracing` span once one is made. The span closes when the
-/// request's future is done or dropped.
+/// A traced request being served: its OpenTelemetry context, the dispatch it is served
+/// under, and its `tracing` span once one is made. The span closes when the request's
+/// future is done or dropped. Small, as it is moved in and out of its task-local slot at
+/// every poll: the ids are written out only for a span.
 pub(crate) struct RequestScope {
     cx: Context,
-    ids: W3cTraceparent,
     dispatch: Dispatch,
     span: OnceCell<Id>,
 }
@@ -74,17 +75,15 @@ impl Drop for RequestScope {
     }
 }
 
-/// Runs `serve` as the request whose server span is `cx`'s, with ids `ids`, under
-/// `dispatch` (the service's, whose registry is a [`RequestRegistry`]).
+/// Runs `serve` as the request whose server span is `cx`'s, under `dispatch` (the
+/// service's, whose registry is a [`RequestRegistry`]).
 pub(crate) fn in_request<F: Future>(
     cx: Context,
-    ids: W3cTraceparent,
     dispatch: Dispatch,
     serve: F,
 ) -> impl Future<Output = F::Output> {
     let scope = RequestScope {
         cx,
-        ids,
         dispatch,
         span: OnceCell::new(),
     };
@@ -135,9 +134,10 @@ impl RequestRegistry {
                 else {
                     return None;
                 };
+                let ids = W3cTraceparent::of(request.cx.span().span_context());
                 let (trace_id, span_id) = (
-                    tracing::field::display(request.ids.trace_id()),
-                    tracing::field::display(request.ids.span_id()),
+                    tracing::field::display(ids.trace_id()),
+                    tracing::field::display(ids.span_id()),
                 );
                 let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
                     (&trace_field, Some(&trace_id)),
@@ -264,7 +264,7 @@ impl<'a> LookupSpan<'a> for RequestRegistry {
 mod tests {
     use std::sync::{Arc, Mutex, PoisonError};
 
-    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId};
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
     use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};
     use tracing_subscriber::Layer;
 
@@ -313,7 +313,7 @@ mod tests {
         )
     }
 
-    fn request_ids() -> (Context, W3cTraceparent) {
+    fn request_context() -> Context {
         let context = SpanContext::new(
             TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736),
             SpanId::from(0x00f0_67aa_0ba9_02b7),
@@ -321,16 +321,15 @@ mod tests {
             false,
             Default::default(),
         );
-        let ids = W3cTraceparent::of(&context);
-        (Context::new().with_remote_span_context(context), ids)
+        Context::new().with_remote_span_context(context)
     }
 
     #[tokio::test]
     async fn a_request_that_logs_nothing_makes_no_span() {
         let (dispatch, log) = logged_dispatch();
         let _default = tracing::dispatcher::set_default(&dispatch);
-        let (cx, ids) = request_ids();
-        let answer = in_request(cx, ids, dispatch.clone(), async { 42 }).await;
+        let cx = request_context();
+        let answer = in_request(cx, dispatch.clone(), async { 42 }).await;
         assert_eq!(answer, 42);
         assert_eq!(log.entries(), Vec::<String>::new());
     }
@@ -339,8 +338,8 @@ mod tests {
     async fn what_asks_inside_a_request_gets_its_span_made_once_and_closed_at_its_end() {
         let (dispatch, log) = logged_dispatch();
         let _default = tracing::dispatcher::set_default(&dispatch);
-        let (cx, ids) = request_ids();
-        in_request(cx, ids, dispatch.clone(), async {
+        let cx = request_context();
+        in_request(cx, dispatch.clone(), async {
             let current = tracing::Span::current();
             assert_eq!(current.metadata().map(|m| m.name()), Some(REQUEST_SPAN));
             tracing::info_span!("work").in_scope(|| {
@@ -381,8 +380,8 @@ mod tests {
     async fn a_request_dropped_midway_closes_its_span() {
         let (dispatch, log) = logged_dispatch();
         let _default = tracing::dispatcher::set_default(&dispatch);
-        let (cx, ids) = request_ids();
-        let request = in_request(cx, ids, dispatch.clone(), async {
+        let cx = request_context();
+        let request = in_request(cx, dispatch.clone(), async {
             let _made = tracing::Span::current();
             std::future::pending::<()>().await;
         });
@@ -395,8 +394,8 @@ mod tests {
     async fn another_dispatch_inside_a_request_does_not_get_its_span() {
         let (served_under, served_log) = logged_dispatch();
         let (other, other_log) = logged_dispatch();
-        let (cx, ids) = request_ids();
-        in_request(cx, ids, served_under.clone(), async {
+        let cx = request_context();
+        in_request(cx, served_under.clone(), async {
             tracing::dispatcher::with_default(&other, || {
                 tracing::info_span!("elsewhere").in_scope(|| {});
             });

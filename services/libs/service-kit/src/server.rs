@@ -333,12 +333,11 @@ async fn observe_under_dispatch(
         response
     };
     // Untraced, there are no ids for the log lines to show.
-    match ids {
-        Some(ids) => {
-            let dispatch = instrumentation.telemetry.dispatch().clone();
-            request_scope::in_request(cx.clone(), ids, dispatch, answer).await
-        }
-        None => answer.await,
+    if ids.is_some() {
+        let dispatch = instrumentation.telemetry.dispatch().clone();
+        request_scope::in_request(cx.clone(), dispatch, answer).await
+    } else {
+        answer.await
     }
 }
 

@@ -102,7 +102,6 @@ impl Visit for EventFields {
 mod tests {
     use super::*;
     use crate::request_scope::{in_request, RequestRegistry};
-    use crate::traceparent::W3cTraceparent;
     use opentelemetry::trace::{Tracer as _, TracerProvider as _};
     use opentelemetry::Context;
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -119,8 +118,7 @@ mod tests {
         let _default = tracing::dispatcher::set_default(&dispatch);
         tracing::info!("outside any request");
         let cx = Context::new().with_span(tracer.start("server"));
-        let ids = W3cTraceparent::of(cx.span().span_context());
-        in_request(cx.clone(), ids, dispatch.clone(), async {
+        in_request(cx.clone(), dispatch.clone(), async {
             tracing::warn!(status = 503_u16, retried = true, error = %"boom", "answered");
             tracing::info_span!("inner").in_scope(|| tracing::info!(big = u64::MAX, "deep"));
         })

@@ -568,7 +568,7 @@ mod tests {
             tracing::warn!("first");
             tracing::warn!(status = 503_u16, "second");
         };
-        crate::request_scope::in_request(cx, ids, dispatch.clone(), request).await;
+        crate::request_scope::in_request(cx, dispatch.clone(), request).await;
         tracing::warn!("outside");
         (ids, lines.text())
     }
