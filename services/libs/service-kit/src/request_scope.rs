@@ -33,7 +33,7 @@ use tracing_subscriber::registry::{LookupSpan, Registry};
 use crate::traceparent::W3cTraceparent;
 
 /// The request span's target and name, and its two fields.
-pub(crate) const REQUEST_SPAN_TARGET: &str = "dronelab_request";
+const REQUEST_SPAN_TARGET: &str = "dronelab_request";
 const REQUEST_SPAN: &str = "request";
 const TRACE_ID: &str = "trace_id";
 const SPAN_ID: &str = "span_id";
