@@ -14,7 +14,7 @@
 //! `Span::current()`. What is logged reads as it would had the span been entered all
 //! along; a span made inside the request and entered is current as usual.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::future::Future;
 
 use opentelemetry::trace::TraceContextExt as _;
@@ -65,6 +65,9 @@ pub(crate) struct RequestScope {
     cx: Context,
     dispatch: Dispatch,
     span: OnceCell<Id>,
+    /// While the span is being made: a layer asking for the current span then is told
+    /// there is none, rather than making another.
+    making: Cell<bool>,
 }
 
 impl Drop for RequestScope {
@@ -86,6 +89,7 @@ pub(crate) fn in_request<F: Future>(
         cx,
         dispatch,
         span: OnceCell::new(),
+        making: Cell::new(false),
     };
     REQUEST.scope(scope, serve)
 }
@@ -126,42 +130,46 @@ impl RequestRegistry {
                 if let Some(span) = request.span.get() {
                     return Some(span.clone());
                 }
-                // Made through the whole dispatch, so every layer sees it (the log layer
-                // formats its fields); made as a root, so this is not asked again.
-                let fields = REQUEST_METADATA.fields();
-                let (Some(trace_field), Some(span_field)) =
-                    (fields.field(TRACE_ID), fields.field(SPAN_ID))
-                else {
+                if request.making.replace(true) {
                     return None;
-                };
-                let ids = W3cTraceparent::of(request.cx.span().span_context());
-                let (trace_id, span_id) = (
-                    tracing::field::display(ids.trace_id()),
-                    tracing::field::display(ids.span_id()),
-                );
-                let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
-                    (&trace_field, Some(&trace_id)),
-                    (&span_field, Some(&span_id)),
-                ];
-                let values = fields.value_set(&values);
-                let span = request
-                    .dispatch
-                    .new_span(&Attributes::new_root(&REQUEST_METADATA, &values));
-                // A layer asking for the current span while the span was made has made
-                // another; it is closed, and the first one kept.
-                if let Err(extra) = request.span.set(span) {
-                    request.dispatch.try_close(extra);
                 }
-                let span = request.span.get()?;
-                // For the events inside it to join the server span (the span-events layer).
-                if let Some(data) = self.registry.span(span) {
-                    let server_span = RequestSpanContext(request.cx.clone());
-                    data.extensions_mut().insert(server_span);
-                }
-                Some(span.clone())
+                let made = self.make_request_span(request);
+                request.making.set(false);
+                let made = made?;
+                Some(request.span.get_or_init(|| made).clone())
             })
             .ok()
             .flatten()
+    }
+
+    /// Makes `request`'s span, with its ids, through the whole dispatch, so every layer
+    /// sees it (the log layer formats its fields), and as a root, so that this is not
+    /// asked again; and records the server span that the events inside it join (for the
+    /// span-events layer).
+    fn make_request_span(&self, request: &RequestScope) -> Option<Id> {
+        let ids = W3cTraceparent::of(request.cx.span().span_context());
+        let (trace_id, span_id) = (
+            tracing::field::display(ids.trace_id()),
+            tracing::field::display(ids.span_id()),
+        );
+        let fields = REQUEST_METADATA.fields();
+        let (Some(trace_field), Some(span_field)) = (fields.field(TRACE_ID), fields.field(SPAN_ID))
+        else {
+            return None;
+        };
+        let values: [(&Field, Option<&dyn tracing::Value>); 2] = [
+            (&trace_field, Some(&trace_id)),
+            (&span_field, Some(&span_id)),
+        ];
+        let values = fields.value_set(&values);
+        let span = request
+            .dispatch
+            .new_span(&Attributes::new_root(&REQUEST_METADATA, &values));
+        if let Some(data) = self.registry.span(&span) {
+            data.extensions_mut()
+                .insert(RequestSpanContext(request.cx.clone()));
+        }
+        Some(span)
     }
 }
 
@@ -372,6 +380,36 @@ mod tests {
                 "closed request",
                 "made after in none",
                 "closed after",
+            ]
+        );
+    }
+
+    /// A layer that looks up the current span whenever a span is made.
+    struct AsksForTheCurrentSpan;
+
+    impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for AsksForTheCurrentSpan {
+        fn on_new_span(&self, _: &Attributes<'_>, _: &Id, ctx: LayerContext<'_, S>) {
+            let _ = ctx.lookup_current();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_layer_asking_for_the_current_span_while_the_request_span_is_made_gets_none() {
+        let log = SpanLog::default();
+        let registry = RequestRegistry::default().with(AsksForTheCurrentSpan);
+        let dispatch = Dispatch::new(registry.with(log.clone()));
+        let _default = tracing::dispatcher::set_default(&dispatch);
+        in_request(request_context(), dispatch.clone(), async {
+            tracing::info_span!("work").in_scope(|| {});
+        })
+        .await;
+        assert_eq!(
+            log.entries(),
+            [
+                "made request in none",
+                "made work in request",
+                "closed work",
+                "closed request"
             ]
         );
     }
