@@ -12,7 +12,11 @@
 //! current span: an event to log (the log layer looks up its enclosing spans), a span
 //! made without an explicit parent, which becomes the request span's child, or
 //! `Span::current()`. What is logged reads as it would had the span been entered all
-//! along; a span made inside the request and entered is current as usual.
+//! along; a span made inside the request and entered is current as usual. One edge
+//! differs: a span entered around the request from outside (a task instrumented with a
+//! span of its own) is the current span inside it, so the request span is not made and
+//! log lines show that span alone. The servers here run each request in its
+//! connection's task, with no span around it.
 
 use std::cell::{Cell, OnceCell};
 use std::future::Future;
