@@ -73,15 +73,9 @@ struct ServedRoute {
     /// Kept for the process's life: the set of methods and routes is bounded (see
     /// [`method_label`]), as it is for the metric series.
     span_name: &'static str,
-    series: RouteSeries,
-}
-
-impl ServedRoute {
     /// The route, the end of the span's name.
-    fn route(&self) -> &'static str {
-        let name = self.span_name;
-        name.split_once(' ').map_or(name, |(_, route)| route)
-    }
+    route: &'static str,
+    series: RouteSeries,
 }
 
 impl ServedRoutes {
@@ -89,7 +83,7 @@ impl ServedRoutes {
         let found = |served: &[Arc<ServedRoute>]| {
             served
                 .iter()
-                .find(|r| r.method == method && r.route() == route)
+                .find(|r| r.method == method && r.route == route)
                 .cloned()
         };
         // A poisoned lock only means a panic elsewhere mid-push; the list is still whole.
@@ -101,9 +95,13 @@ impl ServedRoutes {
             return known;
         }
         let span_method = if method == "_OTHER" { "HTTP" } else { method };
+        let span_name: &'static str = String::leak(server_span(span_method, route));
         let new = Arc::new(ServedRoute {
             method,
-            span_name: String::leak(server_span(span_method, route)),
+            span_name,
+            route: span_name
+                .split_once(' ')
+                .map_or(span_name, |(_, route)| route),
             series: self.metrics.route(method, route),
         });
         served.push(Arc::clone(&new));
@@ -237,14 +235,14 @@ fn request_attributes(
     let mut attributes = Vec::with_capacity(12);
     let path = request.uri().path();
     // A route without parameters is its own path: shared, not copied.
-    let path = if path == route.route() {
-        StringValue::from(route.route())
+    let path = if path == route.route {
+        StringValue::from(route.route)
     } else {
         StringValue::from(path.to_owned())
     };
     attributes.extend([
         KeyValue::new(attribute::HTTP_REQUEST_METHOD, route.method),
-        KeyValue::new(attribute::HTTP_ROUTE, route.route()),
+        KeyValue::new(attribute::HTTP_ROUTE, route.route),
         KeyValue::new(attribute::URL_PATH, path),
         KeyValue::new(attribute::URL_SCHEME, "http"),
     ]);
