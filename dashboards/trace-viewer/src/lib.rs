@@ -119,25 +119,30 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    // Every receiver is the same server with the same limits (gRPC is HTTP/2 with prior
-    // knowledge), stopping together.
-    let serve_on = |listener, router| {
+    // Every listener is the same server (gRPC is HTTP/2 with prior knowledge), stopping
+    // together. The receivers take whole export batches in one go: a batch held back by
+    // a small HTTP/2 window costs its sender a wake-up more, on the core serving its
+    // requests.
+    let serve_on = |listener, router, limits| {
         let mut stop = stop_rx.clone();
         let stopped = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
-        serve(
-            NAME,
-            listener,
-            router,
-            ConnectionLimits::default(),
-            Box::pin(stopped),
-        )
+        serve(NAME, listener, router, limits, Box::pin(stopped))
     };
     let receiver = otlp::Receiver::new(store.clone());
-    let ui = serve_on(listeners.ui, api::router(store));
-    let otlp_http = serve_on(listeners.otlp_http, otlp::http_router(receiver.clone()));
-    let otlp_grpc = serve_on(listeners.otlp_grpc, otlp::grpc_router(receiver));
+    let batches = ConnectionLimits::batch_receiver();
+    let ui = serve_on(
+        listeners.ui,
+        api::router(store),
+        ConnectionLimits::default(),
+    );
+    let otlp_http = serve_on(
+        listeners.otlp_http,
+        otlp::http_router(receiver.clone()),
+        batches,
+    );
+    let otlp_grpc = serve_on(listeners.otlp_grpc, otlp::grpc_router(receiver), batches);
     let (ui, otlp_http, otlp_grpc) = tokio::join!(ui, otlp_http, otlp_grpc);
     ui?;
     otlp_http?;

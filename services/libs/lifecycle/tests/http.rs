@@ -6,11 +6,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lifecycle::http::{serve, ConnectionLimits};
+use lifecycle::http::{serve, ConnectionLimits, Http2Windows};
 
 const LIMITS: ConnectionLimits = ConnectionLimits {
     max_connections: 4,
     header_read_timeout: Duration::from_millis(500),
+    http2_windows: Http2Windows::SMALL,
 };
 
 /// A log writer the test can read back.
@@ -43,6 +44,11 @@ fn start(logs: Logs) -> SocketAddr {
 
 /// Serves `app` within [`LIMITS`] on its own runtime thread, logging into `logs`.
 fn start_app(logs: Logs, app: axum::Router) -> SocketAddr {
+    start_within(logs, app, LIMITS)
+}
+
+/// Serves `app` within `limits` on its own runtime thread, logging into `logs`.
+fn start_within(logs: Logs, app: axum::Router, limits: ConnectionLimits) -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -62,7 +68,7 @@ fn start_app(logs: Logs, app: axum::Router) -> SocketAddr {
                 "test-server",
                 listener,
                 app,
-                LIMITS,
+                limits,
                 Box::pin(std::future::pending()),
             )
             .await;
@@ -296,7 +302,7 @@ mod http2 {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use lifecycle::http::BodyBudget;
 
-    use super::{start, start_app, Logs, LIMITS};
+    use super::{start, start_app, start_within, Logs, LIMITS};
 
     /// An HTTP/2 connection (prior knowledge) and the task driving it, which ends when
     /// the server closes the connection.
@@ -405,6 +411,74 @@ mod http2 {
         for task in stalled {
             let status = task.await.expect("task").expect("an answer");
             assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        }
+    }
+
+    /// Answers the length of the body once `release` is notified, not reading it before.
+    async fn read_when_released(
+        State(release): State<std::sync::Arc<tokio::sync::Notify>>,
+        body: Body,
+    ) -> String {
+        release.notified().await;
+        let read = body.collect().await.map(|b| b.to_bytes().len());
+        read.map_or_else(|e| e.to_string(), |length| length.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_stream_sends_its_window_ahead_of_the_servers_reading_and_no_more() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        use lifecycle::http::{ConnectionLimits, Http2Windows};
+
+        const CHUNK: usize = 8 * 1024;
+        const CHUNKS: usize = 256;
+        for windows in [Http2Windows::SMALL, Http2Windows::BATCHES] {
+            let release = Arc::new(tokio::sync::Notify::new());
+            let app = axum::Router::new()
+                .route("/body", axum::routing::post(read_when_released))
+                .with_state(release.clone());
+            let limits = ConnectionLimits {
+                http2_windows: windows,
+                ..LIMITS
+            };
+            let addr = start_within(Logs::default(), app, limits);
+            let (mut send, _driver) = connect(addr).await;
+            // Counts the bytes the client has taken to send: it takes no more while the
+            // stream's window is used up.
+            let taken = Arc::new(AtomicUsize::new(0));
+            let counted = taken.clone();
+            let chunks = futures::stream::iter(0..CHUNKS).map(move |_| {
+                counted.fetch_add(CHUNK, Ordering::Relaxed);
+                Ok::<_, std::io::Error>(vec![7u8; CHUNK])
+            });
+            let request = Request::post("http://x/body")
+                .body(Body::from_stream(chunks))
+                .expect("request");
+            let answer = tokio::spawn(async move { send.send_request(request).await });
+
+            // Until the count stops moving.
+            let mut last = usize::MAX;
+            for _ in 0..50 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = taken.load(Ordering::Relaxed);
+                if now == last {
+                    break;
+                }
+                last = now;
+            }
+            let window = windows.stream as usize;
+            assert!(
+                (window..=window + 2 * CHUNK).contains(&last),
+                "{windows:?}: {last} bytes went ahead of the server's reading"
+            );
+            release.notify_one();
+            let answer = answer.await.expect("task").expect("an answer");
+            assert_eq!(
+                text(answer).await,
+                (StatusCode::OK, (CHUNK * CHUNKS).to_string()),
+                "{windows:?}: the whole body arrives once read"
+            );
         }
     }
 }
