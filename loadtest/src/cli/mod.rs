@@ -57,7 +57,7 @@ pub enum Command {
     Component(Component),
 }
 
-/// Runs the command on the runtime [`runtime_for`] it. The runtime is built here rather
+/// Runs the command on the runtime [`runtime_for`] picks. The runtime is built here rather
 /// than in the binary because a future is compiled where it is polled: with the
 /// `block_on` in `main.rs`, the whole async call tree was compiled in the binary crate,
 /// after this one instead of beside the other crates (35 s at the end of a release build).
@@ -73,10 +73,10 @@ pub fn main(cli: Cli) -> std::process::ExitCode {
 }
 
 /// A multi-threaded runtime (`worker_threads` is Tokio's `TOKIO_WORKER_THREADS`), but
-/// for `run` with one worker, which gets a current-thread runtime: the one thread runs
-/// the load's tasks and polls their sockets itself, where the multi-threaded runtime's
-/// worker hands tasks through its shared queues and leaves the main thread to the
-/// driver. On one core (`bench/run loadgen`) that answered ~3 % more requests a second
+/// for `run` with one worker, which gets a current-thread runtime: one thread runs the
+/// load's tasks, polls their sockets and runs the command itself, where the
+/// multi-threaded runtime's worker passes tasks through queues shared between threads
+/// and takes turns on the core with the main thread running the command. On one core (`bench/run loadgen`) that answered ~3 % more requests a second
 /// (134k against 131k), and the open loop's sends were late by p99 1.3 ms rather than
 /// 1.9 ms at 45k/s.
 fn runtime_for(
