@@ -6,12 +6,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lifecycle::http::{serve, ConnectionLimits, Http2Windows};
+use lifecycle::http::{serve, ConnectionLimits, Http2Flow};
 
 const LIMITS: ConnectionLimits = ConnectionLimits {
     max_connections: 4,
     header_read_timeout: Duration::from_millis(500),
-    http2_windows: Http2Windows::SMALL,
+    http2_flow: Http2Flow::SMALL,
 };
 
 /// A log writer the test can read back.
@@ -168,6 +168,65 @@ fn silent_slow_and_excess_connections_are_closed_and_logged() {
     let logs = logs.text();
     assert!(logs.contains("connection limit reached"), "{logs}");
     assert!(logs.contains("closed slow or idle connections"), "{logs}");
+}
+
+/// The settings an HTTP/2 server announces in its first frame, as (identifier, value)
+/// pairs, read off the raw connection after the client's preface.
+fn announced_http2_settings(addr: SocketAddr) -> Vec<(u16, u32)> {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const EMPTY_SETTINGS: [u8; 9] = [0, 0, 0, 0x4, 0, 0, 0, 0, 0];
+    let mut stream = connect(addr);
+    stream.write_all(PREFACE).expect("preface");
+    stream.write_all(&EMPTY_SETTINGS).expect("settings");
+    let mut header = [0u8; 9];
+    stream
+        .read_exact(&mut header)
+        .expect("the server's first frame");
+    assert_eq!(header[3], 0x4, "the server's first frame is SETTINGS");
+    let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).expect("the settings");
+    payload
+        .chunks_exact(6)
+        .map(|entry| {
+            (
+                u16::from_be_bytes([entry[0], entry[1]]),
+                u32::from_be_bytes([entry[2], entry[3], entry[4], entry[5]]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_announces_the_frames_and_stream_window_its_peers_may_send() {
+    const INITIAL_WINDOW_SIZE: u16 = 0x4;
+    const MAX_FRAME_SIZE: u16 = 0x5;
+    for flow in [Http2Flow::SMALL, Http2Flow::BATCHES] {
+        let limits = ConnectionLimits {
+            http2_flow: flow,
+            ..LIMITS
+        };
+        let addr = start_within(Logs::default(), axum::Router::new(), limits);
+        let settings = announced_http2_settings(addr);
+        let announced = |id| {
+            settings
+                .iter()
+                .rev()
+                .find(|(setting, _)| *setting == id)
+                .map(|(_, value)| *value)
+        };
+        // What a server leaves out keeps HTTP/2's initial value (RFC 9113, 6.5.2).
+        assert_eq!(
+            announced(MAX_FRAME_SIZE).unwrap_or(16_384),
+            flow.max_frame,
+            "{flow:?}: {settings:?}"
+        );
+        assert_eq!(
+            announced(INITIAL_WINDOW_SIZE).unwrap_or(65_535),
+            flow.stream_window,
+            "{flow:?}: {settings:?}"
+        );
+    }
 }
 
 mod body_budget {
@@ -429,17 +488,17 @@ mod http2 {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
 
-        use lifecycle::http::{ConnectionLimits, Http2Windows};
+        use lifecycle::http::{ConnectionLimits, Http2Flow};
 
         const CHUNK: usize = 8 * 1024;
         const CHUNKS: usize = 256;
-        for windows in [Http2Windows::SMALL, Http2Windows::BATCHES] {
+        for flow in [Http2Flow::SMALL, Http2Flow::BATCHES] {
             let release = Arc::new(tokio::sync::Notify::new());
             let app = axum::Router::new()
                 .route("/body", axum::routing::post(read_when_released))
                 .with_state(release.clone());
             let limits = ConnectionLimits {
-                http2_windows: windows,
+                http2_flow: flow,
                 ..LIMITS
             };
             let addr = start_within(Logs::default(), app, limits);
@@ -467,17 +526,17 @@ mod http2 {
                 }
                 last = now;
             }
-            let window = windows.stream as usize;
+            let window = flow.stream_window as usize;
             assert!(
                 (window..=window + 2 * CHUNK).contains(&last),
-                "{windows:?}: {last} bytes went ahead of the server's reading"
+                "{flow:?}: {last} bytes went ahead of the server's reading"
             );
             release.notify_one();
             let answer = answer.await.expect("task").expect("an answer");
             assert_eq!(
                 text(answer).await,
                 (StatusCode::OK, (CHUNK * CHUNKS).to_string()),
-                "{windows:?}: the whole body arrives once read"
+                "{flow:?}: the whole body arrives once read"
             );
         }
     }
