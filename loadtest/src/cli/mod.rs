@@ -76,9 +76,9 @@ pub fn main(cli: Cli) -> std::process::ExitCode {
 /// for `run` with one worker, which gets a current-thread runtime: one thread runs the
 /// load's tasks, polls their sockets and runs the command itself, where the
 /// multi-threaded runtime's worker passes tasks through queues shared between threads
-/// and takes turns on the core with the main thread running the command. On one core (`bench/run loadgen`) that answered ~3 % more requests a second
-/// (134k against 131k), and the open loop's sends were late by p99 1.3 ms rather than
-/// 1.9 ms at 45k/s.
+/// and takes turns on the core with the main thread running the command. On one core
+/// (`bench/run loadgen`) that answered ~3 % more requests a second (134k against 131k),
+/// and the open loop's sends were late by p99 1.3 ms rather than 1.9 ms at 45k/s.
 fn runtime_for(
     command: &Command,
     worker_threads: Option<&str>,

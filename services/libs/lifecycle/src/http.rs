@@ -65,8 +65,8 @@ impl Default for ConnectionLimits {
 
 impl ConnectionLimits {
     /// For a receiver of batches from a few senders (the trace viewer's OTLP
-    /// receivers): the batch windows and frames, over a quarter of the connections, so that what
-    /// they can make the server buffer stays the default's 256 MiB.
+    /// receivers): the batch windows and frames, over a quarter of the connections, so
+    /// that what they can make the server buffer stays the default's 256 MiB.
     pub fn batch_receiver() -> Self {
         Self {
             max_connections: 256,
@@ -79,11 +79,15 @@ impl ConnectionLimits {
 /// How an HTTP/2 peer may send: the bytes one stream, and a connection's streams
 /// together, may send ahead of what the server has read (the flow-control windows), and
 /// the largest DATA frame it may send them in.
+///
+/// Only the presets below exist: HTTP/2 allows frames of 16 KiB to 16 MiB (hyper panics
+/// outside them), and a frame larger than the stream's window would let a peer make the
+/// server buffer more than the windows say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Http2Flow {
-    pub stream_window: u32,
-    pub connection_window: u32,
-    pub max_frame: u32,
+    stream_window: u32,
+    connection_window: u32,
+    max_frame: u32,
 }
 
 impl Http2Flow {
@@ -113,6 +117,18 @@ impl Http2Flow {
         connection_window: 1024 * 1024,
         max_frame: 256 * 1024,
     };
+
+    pub fn stream_window(&self) -> u32 {
+        self.stream_window
+    }
+
+    pub fn connection_window(&self) -> u32 {
+        self.connection_window
+    }
+
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame
+    }
 }
 
 /// After a failed `accept` (e.g. no file descriptor left), wait this long: retrying at
@@ -122,10 +138,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// An HTTP/2 connection that does not answer a ping within this is closed.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
-/// HTTP/2 beyond the windows and frames ([`Http2Flow`]), sized so what a connection can make the
-/// server hold stays small beside the servers' body budgets: at most 32 streams at once,
-/// header lists of 64 KiB at most, and at most 64 KiB of an answer waiting for a slow
-/// reader per stream.
+/// HTTP/2 beyond the windows and frames ([`Http2Flow`]), sized so what a connection can
+/// make the server hold stays small beside the servers' body budgets: at most 32 streams
+/// at once, header lists of 64 KiB at most, and at most 64 KiB of an answer waiting for a
+/// slow reader per stream.
 const H2_MAX_STREAMS: u32 = 32;
 const H2_MAX_HEADER_LIST: u32 = 64 * 1024;
 const H2_MAX_SEND_BUFFER: usize = 64 * 1024;
@@ -145,10 +161,10 @@ fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor>
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.header_read_timeout)
         .keep_alive_timeout(PING_TIMEOUT)
-        .initial_stream_window_size(limits.http2_flow.stream_window)
-        .initial_connection_window_size(limits.http2_flow.connection_window)
+        .initial_stream_window_size(limits.http2_flow.stream_window())
+        .initial_connection_window_size(limits.http2_flow.connection_window())
         .adaptive_window(false)
-        .max_frame_size(limits.http2_flow.max_frame)
+        .max_frame_size(limits.http2_flow.max_frame())
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(H2_MAX_HEADER_LIST)
         .max_send_buf_size(H2_MAX_SEND_BUFFER);

@@ -218,12 +218,12 @@ fn a_server_announces_the_frames_and_stream_window_its_peers_may_send() {
         // What a server leaves out keeps HTTP/2's initial value (RFC 9113, 6.5.2).
         assert_eq!(
             announced(MAX_FRAME_SIZE).unwrap_or(16_384),
-            flow.max_frame,
+            flow.max_frame(),
             "{flow:?}: {settings:?}"
         );
         assert_eq!(
             announced(INITIAL_WINDOW_SIZE).unwrap_or(65_535),
-            flow.stream_window,
+            flow.stream_window(),
             "{flow:?}: {settings:?}"
         );
     }
@@ -526,7 +526,7 @@ mod http2 {
                 }
                 last = now;
             }
-            let window = flow.stream_window as usize;
+            let window = flow.stream_window() as usize;
             assert!(
                 (window..=window + 2 * CHUNK).contains(&last),
                 "{flow:?}: {last} bytes went ahead of the server's reading"
