@@ -199,7 +199,7 @@ impl UserConnection {
             .set_nodelay(true)
             .map_err(|e| Reply::ConnectFailed(describe(&e)))?;
         // A request is one buffer (no body), so it goes out in a `send`: a `writev` of
-        // one buffer cost 5 % more kernel time a request, through the VFS's checks.
+        // one buffer took 3 % more kernel time a request (14 of 17 alternating rounds).
         let (sender, connection) = http1::Builder::new()
             .writev(false)
             .handshake(TokioIo::new(stream))
