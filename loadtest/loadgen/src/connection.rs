@@ -7,7 +7,7 @@
 //! request in the sender's task removes both (wrk's model: one connection per user, one
 //! event loop); `bench/run loadgen` measures the difference.
 
-use std::future::Future as _;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -132,28 +132,9 @@ impl UserConnection {
             }
             None => Box::pin(tokio::time::sleep_until(deadline)),
         };
-        let outcome = {
-            let mut send = std::pin::pin!(self.send(path_and_query));
-            // A timer wakes the waker it was last polled with, so it is polled again
-            // only for a new one: a poll re-registers the waker (two reference counts
-            // and an atomic swap), and a request's task is polled about twice.
-            let mut registered: Option<Waker> = None;
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(outcome) = send.as_mut().poll(cx) {
-                    return Poll::Ready(outcome);
-                }
-                if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    return if timer.is_elapsed() {
-                        Poll::Ready(Reply::TimedOut)
-                    } else {
-                        Poll::Pending
-                    };
-                }
-                registered = Some(cx.waker().clone());
-                timer.as_mut().poll(cx).map(|()| Reply::TimedOut)
-            })
-            .await
-        };
+        // Pinned here, for this statement only: moved into `until_timer`, the request's
+        // future was copied once more a request.
+        let outcome = until_timer(std::pin::pin!(self.send(path_and_query)), timer.as_mut()).await;
         self.timer = Some(timer);
         if !matches!(outcome, Reply::Response { .. }) {
             self.open = None;
@@ -210,6 +191,34 @@ impl UserConnection {
             connection: Box::pin(connection),
         })
     }
+}
+
+/// `work`'s outcome, or [`Reply::TimedOut`] once `timer` fires first.
+///
+/// A timer wakes the waker it was last polled with, so it is polled again only for a new
+/// one: each poll of a Tokio timer re-registers the waker (two reference counts and an
+/// atomic swap), and a request's task is polled about twice. In between, whether it
+/// fired is read off the timer.
+async fn until_timer(
+    mut work: Pin<&mut impl Future<Output = Reply>>,
+    mut timer: Pin<&mut Sleep>,
+) -> Reply {
+    let mut registered: Option<Waker> = None;
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(outcome) = work.as_mut().poll(cx) {
+            return Poll::Ready(outcome);
+        }
+        if registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return if timer.is_elapsed() {
+                Poll::Ready(Reply::TimedOut)
+            } else {
+                Poll::Pending
+            };
+        }
+        registered = Some(cx.waker().clone());
+        timer.as_mut().poll(cx).map(|()| Reply::TimedOut)
+    })
+    .await
 }
 
 impl Open {
