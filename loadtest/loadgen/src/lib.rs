@@ -9,6 +9,7 @@
 //! - [`record`]: a run's result per interval (outcomes, users, HDR histograms) and in
 //!   total, bounded whatever the run's length, checked when read, mergeable;
 //! - [`schedule`]: the open loop's request times, taken in order by its lanes;
+//! - `busy`: how busy the runtime is, which the open loop asks before it adds a lane;
 //! - [`shard`]: one generator's exact part of a profile that several drive together;
 //! - [`start`]: when a shard starts, on time or late, given the common start.
 //!
@@ -16,6 +17,7 @@
 //! caller's [`Requests`], and a 2xx answer counts as partial only if the caller names a
 //! marker for that ([`Target::counting_partial`]).
 
+mod busy;
 pub mod connection;
 pub mod profile;
 pub mod record;
