@@ -352,7 +352,8 @@ impl Driver {
             } else {
                 lanes.in_flight.load(Ordering::Acquire)
             };
-            // Read every round, so the share is of the last window, not of the last look.
+            // Read every round, so the share is of the last 10 ms, not of all the time
+            // since lanes were last looked at.
             let busy_share = busy.at(now);
             // A lane sends one request at a time.
             let lanes_short = tasks.len() < in_flight;
