@@ -30,9 +30,9 @@ const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The open loop adds at most one lane (and connection) per this interval.
 const LANE_GROWTH_INTERVAL: Duration = Duration::from_millis(1);
 
-/// A lane is added only for a request that has waited this long for one: the pacer hands
-/// requests over at each tick of Tokio's timer (1 ms), so a batch waits up to that long
-/// even when the lanes keep up.
+/// A lane is added only for a request that has waited this long for one: while no lane is
+/// finishing a request, the pacer hands requests over at each tick of Tokio's timer
+/// (1 ms), so a batch waits up to that long even when the lanes keep up.
 const LANE_WAIT: Duration = Duration::from_millis(1);
 
 /// ... and only while the generator's runtime is busy for less than this share of its
@@ -41,11 +41,12 @@ const LANE_WAIT: Duration = Duration::from_millis(1);
 const LANE_BUSY_SHARE: f64 = 0.9;
 
 /// What the open loop's pacer and lanes share.
-#[derive(Default)]
 struct Lanes {
-    /// Requests whose time has come, not yet taken by a lane: their intended start.
-    due: Mutex<VecDeque<Instant>>,
-    /// One notification per request handed over.
+    queue: Mutex<Queue>,
+    /// At most this many requests are handed over and not yet answered.
+    max_in_flight: usize,
+    recorder: Arc<Recorder>,
+    /// One notification per request handed over and not taken by whoever handed it over.
     handed: Notify,
     /// Requests handed over and not yet answered.
     in_flight: AtomicUsize,
@@ -53,56 +54,94 @@ struct Lanes {
     over: AtomicBool,
 }
 
+/// The schedule's requests not yet handed over, and those handed over but not yet taken.
+struct Queue {
+    schedule: Peekable<Schedule>,
+    /// Requests whose time has come, not yet taken by a lane: their intended start.
+    due: VecDeque<Instant>,
+}
+
 impl Lanes {
-    fn due(&self) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
-        self.due.lock().unwrap_or_else(|e| e.into_inner())
+    fn new(schedule: Schedule, max_in_flight: usize, recorder: Arc<Recorder>) -> Self {
+        Self {
+            queue: Mutex::new(Queue {
+                schedule: schedule.peekable(),
+                due: VecDeque::new(),
+            }),
+            max_in_flight: max_in_flight.max(1),
+            recorder,
+            handed: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            over: AtomicBool::new(false),
+        }
     }
 
-    /// Hands every request of `schedule` whose time has come to the lanes, or drops (and
-    /// records) it when `max_in_flight` are in flight; returns how many are in flight.
-    fn hand_over(
-        &self,
-        schedule: &mut Peekable<Schedule>,
-        max_in_flight: usize,
-        recorder: &Recorder,
-    ) -> usize {
-        let now = Instant::now();
-        let mut due = self.due();
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves every request of the schedule whose time has come by `now` to `due`, or
+    /// drops (and records) it when `max_in_flight` are in flight; returns how many it
+    /// moved.
+    fn hand_over(&self, queue: &mut Queue, now: Instant) -> usize {
         let mut handed = 0;
-        while let Some(intended) = schedule.next_if(|t| *t <= now) {
-            if self.in_flight.load(Ordering::Acquire) + handed >= max_in_flight {
-                recorder.request(intended, Outcome::Dropped, Duration::ZERO);
+        while let Some(intended) = queue.schedule.next_if(|t| *t <= now) {
+            if self.in_flight.load(Ordering::Acquire) + handed >= self.max_in_flight {
+                self.recorder
+                    .request(intended, Outcome::Dropped, Duration::ZERO);
             } else {
-                due.push_back(intended);
+                queue.due.push_back(intended);
                 handed += 1;
             }
         }
-        // Counted before a lane can take them (under the same lock), so a lane's answer
-        // never comes off the count before they are on it.
-        let in_flight = self.in_flight.fetch_add(handed, Ordering::AcqRel) + handed;
-        drop(due);
+        // Counted before a lane can take them (under the queue's lock), so a lane's
+        // answer never comes off the count before they are on it.
+        self.in_flight.fetch_add(handed, Ordering::AcqRel);
+        handed
+    }
+
+    /// The pacer's look: hands over what has come due; returns the next request's time
+    /// (`None` once the schedule is over) and how many requests are in flight.
+    fn pace(&self, now: Instant) -> (Option<Instant>, usize) {
+        let mut queue = self.queue();
+        let handed = self.hand_over(&mut queue, now);
+        let next = queue.schedule.peek().copied();
+        drop(queue);
         for _ in 0..handed {
             self.handed.notify_one();
         }
-        in_flight
+        (next, self.in_flight.load(Ordering::Acquire))
     }
 
     /// How long the oldest request handed over has waited for a lane to take it.
     fn oldest_wait(&self, now: Instant) -> Duration {
-        self.due().front().map_or(Duration::ZERO, |intended| {
+        self.queue().due.front().map_or(Duration::ZERO, |intended| {
             now.saturating_duration_since(*intended)
         })
     }
 
     /// The next request due, waiting for one; `None` when the schedule is over.
+    ///
+    /// A lane hands over what has come due itself before it looks: at a high rate some
+    /// lane finishes a request every few microseconds, so requests leave close to their
+    /// time and one by one, instead of in a batch at the pacer's next timer tick (1 ms).
     async fn take(&self) -> Option<Instant> {
         loop {
             // Registered before looking, so a request handed over meanwhile wakes it.
             let handed = self.handed.notified();
             tokio::pin!(handed);
             handed.as_mut().enable();
-            if let Some(intended) = self.due().pop_front() {
-                return Some(intended);
+            let (handed_here, taken) = {
+                let mut queue = self.queue();
+                let handed_here = self.hand_over(&mut queue, Instant::now());
+                (handed_here, queue.due.pop_front())
+            };
+            // What this lane handed over beyond its own is for the others.
+            for _ in 1..handed_here {
+                self.handed.notify_one();
+            }
+            if taken.is_some() {
+                return taken;
             }
             if self.over.load(Ordering::Acquire) {
                 return None;
@@ -322,7 +361,9 @@ impl Driver {
     /// paces them: at each wake it hands every request whose time has come to the lanes,
     /// then sleeps until the next one's time (one timer for the whole schedule). A lane
     /// is a task with a connection of its own, like a closed-loop user, that sends the
-    /// requests handed to it one at a time. Lanes are added while more requests are in
+    /// requests handed to it one at a time; a lane that finishes one hands over what
+    /// has come due itself, so under load requests leave on time, not at the timer's
+    /// next millisecond tick ([`Lanes::take`]). Lanes are added while more requests are in
     /// flight than there are lanes, at most one per [`LANE_GROWTH_INTERVAL`], and only
     /// once a request has waited [`LANE_WAIT`] for one while the generator's runtime has
     /// time to spare ([`LANE_BUSY_SHARE`]). Near the generator's own limit, requests wait
@@ -335,22 +376,18 @@ impl Driver {
     /// fewer requests a second than 32). Beyond `max_in_flight`, a request is dropped
     /// (and counted) rather than queued.
     async fn open_loop(&self, rate_per_sec: f64, max_in_flight: usize) -> JoinSet<()> {
-        let max_in_flight = max_in_flight.max(1);
-        let lanes = Arc::new(Lanes::default());
+        let schedule = Schedule::new(self.started, self.deadline, rate_per_sec, self.shard);
+        let lanes = Arc::new(Lanes::new(schedule, max_in_flight, self.recorder.clone()));
         let mut tasks = JoinSet::new();
-        let mut schedule =
-            Schedule::new(self.started, self.deadline, rate_per_sec, self.shard).peekable();
         let pause = tokio::time::sleep_until(self.started.into());
         tokio::pin!(pause);
         let mut progress = tokio::time::interval(Duration::from_millis(250));
         let mut next_lane_at = self.started;
         let mut busy = BusyShare::new(tokio::runtime::Handle::current().metrics());
-        while let Some(&first) = schedule.peek() {
+        loop {
             let now = Instant::now();
-            let in_flight = if first <= now {
-                lanes.hand_over(&mut schedule, max_in_flight, &self.recorder)
-            } else {
-                lanes.in_flight.load(Ordering::Acquire)
+            let (Some(next), in_flight) = lanes.pace(now) else {
+                break;
             };
             // Read every round, so the share is of the last 10 ms, not of all the time
             // since lanes were last looked at.
@@ -365,15 +402,10 @@ impl Driver {
                 // Looked now, a lane added or not: the next look is an interval on.
                 next_lane_at = now + LANE_GROWTH_INTERVAL;
             }
-            if first <= now {
-                // Let the lanes send before the next look at the clock.
-                tokio::task::yield_now().await;
-                continue;
-            }
             let wake = if lanes_short {
-                first.min(next_lane_at)
+                next.min(next_lane_at)
             } else {
-                first
+                next
             };
             pause.as_mut().reset(wake.into());
             tokio::select! {
@@ -675,6 +707,62 @@ mod tests {
         })
         .await;
         assert!((9..=25).contains(&slow), "{slow} connections");
+    }
+
+    #[tokio::test]
+    async fn a_lane_takes_what_has_come_due_without_waiting_for_the_pacer() {
+        // A schedule of 1,000/s that began 10 ms ago, and no pacer: a lane that looks
+        // hands over the ten requests due by now itself, and takes the first.
+        let now = Instant::now();
+        let started = now - Duration::from_millis(10);
+        let schedule = Schedule::new(started, now + Duration::from_secs(1), 1000.0, Shard::WHOLE);
+        let recorder = Arc::new(Recorder::new(
+            started,
+            LoadRecord::new(
+                Shard::WHOLE,
+                Profile::Constant {
+                    users: 1,
+                    duration_secs: 1.0,
+                },
+                0,
+            ),
+            false,
+        ));
+        let lanes = Lanes::new(schedule, 100, recorder);
+        let take = || tokio::time::timeout(Duration::from_millis(100), lanes.take());
+        assert_eq!(take().await, Ok(Some(started)));
+        // Handed over and counted in flight (all of them, with any come due since) ...
+        let in_flight = lanes.in_flight.load(Ordering::Acquire);
+        assert!((10..20).contains(&in_flight), "{in_flight} in flight");
+        // ... and taken in order by the next lanes to look.
+        let second = take().await.expect("due").expect("a request");
+        let after = (second - started).as_micros();
+        assert!((999..=1001).contains(&after), "{after} µs after the first");
+    }
+
+    #[tokio::test]
+    async fn a_lane_waits_while_nothing_is_due_and_stops_when_the_schedule_is_over() {
+        // One request a second: the first is due at once, the next in a second.
+        let started = Instant::now();
+        let schedule = Schedule::new(started, started + Duration::from_secs(2), 1.0, Shard::WHOLE);
+        let recorder = Arc::new(Recorder::new(
+            started,
+            LoadRecord::new(
+                Shard::WHOLE,
+                Profile::Constant {
+                    users: 1,
+                    duration_secs: 2.0,
+                },
+                0,
+            ),
+            false,
+        ));
+        let lanes = Lanes::new(schedule, 100, recorder);
+        let take = || tokio::time::timeout(Duration::from_millis(100), lanes.take());
+        assert_eq!(take().await, Ok(Some(started)));
+        assert!(take().await.is_err(), "nothing is due for a second");
+        lanes.over.store(true, Ordering::Release);
+        assert_eq!(take().await, Ok(None));
     }
 
     #[tokio::test]
