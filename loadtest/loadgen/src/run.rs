@@ -126,28 +126,37 @@ impl Lanes {
     /// lane finishes a request every few microseconds, so requests leave close to their
     /// time and one by one, instead of in a batch at the pacer's next timer tick (1 ms).
     async fn take(&self) -> Option<Instant> {
+        // Under load something is due: no need to register for a wake-up first.
+        if let Some(intended) = self.try_take() {
+            return Some(intended);
+        }
         loop {
-            // Registered before looking, so a request handed over meanwhile wakes it.
+            // Registered before looking again, so a request handed over meanwhile wakes it.
             let handed = self.handed.notified();
             tokio::pin!(handed);
             handed.as_mut().enable();
-            let (handed_here, taken) = {
-                let mut queue = self.queue();
-                let handed_here = self.hand_over(&mut queue, Instant::now());
-                (handed_here, queue.due.pop_front())
-            };
-            // What this lane handed over beyond its own is for the others.
-            for _ in 1..handed_here {
-                self.handed.notify_one();
-            }
-            if taken.is_some() {
-                return taken;
+            if let Some(intended) = self.try_take() {
+                return Some(intended);
             }
             if self.over.load(Ordering::Acquire) {
                 return None;
             }
             handed.await;
         }
+    }
+
+    /// Hands over what has come due and takes the first request due, if any.
+    fn try_take(&self) -> Option<Instant> {
+        let (handed_here, taken) = {
+            let mut queue = self.queue();
+            let handed_here = self.hand_over(&mut queue, Instant::now());
+            (handed_here, queue.due.pop_front())
+        };
+        // What this lane handed over beyond its own is for the others.
+        for _ in 1..handed_here {
+            self.handed.notify_one();
+        }
+        taken
     }
 }
 
