@@ -147,9 +147,10 @@ impl Lanes {
 
     /// Hands over what has come due and takes the first request due, if any.
     fn try_take(&self) -> Option<Instant> {
+        let now = Instant::now();
         let (handed_here, taken) = {
             let mut queue = self.queue();
-            let handed_here = self.hand_over(&mut queue, Instant::now());
+            let handed_here = self.hand_over(&mut queue, now);
             (handed_here, queue.due.pop_front())
         };
         // What this lane handed over beyond its own is for the others.
