@@ -308,10 +308,13 @@ impl LoadRecord {
     /// The interval `elapsed` into the run (the last one a run can have, for anything
     /// later: a generator never records past its timeouts).
     pub fn interval_at(&mut self, elapsed: Duration) -> &mut IntervalRecord {
-        let last = max_intervals(&self.profile).saturating_sub(1);
-        let index = usize::try_from(elapsed.as_secs() / self.interval_secs)
-            .unwrap_or(usize::MAX)
-            .min(last);
+        let index = usize::try_from(elapsed.as_secs() / self.interval_secs).unwrap_or(usize::MAX);
+        // Most requests fall in an interval already there: no need to work out the last
+        // one a run can have (two float conversions of the profile's duration).
+        if index < self.intervals.len() {
+            return &mut self.intervals[index];
+        }
+        let index = index.min(max_intervals(&self.profile).saturating_sub(1));
         if self.intervals.len() <= index {
             self.intervals
                 .resize_with(index + 1, IntervalRecord::default);
