@@ -719,33 +719,43 @@ mod tests {
         assert!((9..=25).contains(&slow), "{slow} connections");
     }
 
+    /// The lanes of a schedule of `rate_per_sec` from `started` to `deadline`, with no
+    /// pacer and no lane task.
+    fn lanes_of(started: Instant, deadline: Instant, rate_per_sec: f64) -> Lanes {
+        let schedule = Schedule::new(started, deadline, rate_per_sec, Shard::WHOLE);
+        let profile = Profile::Arrival {
+            rate_per_sec,
+            duration_secs: (deadline - started).as_secs_f64(),
+            max_in_flight: 100,
+        };
+        let record = LoadRecord::new(Shard::WHOLE, profile, 0);
+        let recorder = Arc::new(Recorder::new(started, record, false));
+        Lanes::new(schedule, 100, recorder)
+    }
+
+    /// A lane's next request, or `Err` if none comes within 100 ms.
+    async fn take_within_100ms(
+        lanes: &Lanes,
+    ) -> Result<Option<Instant>, tokio::time::error::Elapsed> {
+        tokio::time::timeout(Duration::from_millis(100), lanes.take()).await
+    }
+
     #[tokio::test]
     async fn a_lane_takes_what_has_come_due_without_waiting_for_the_pacer() {
         // A schedule of 1,000/s that began 10 ms ago, and no pacer: a lane that looks
         // hands over the ten requests due by now itself, and takes the first.
         let now = Instant::now();
         let started = now - Duration::from_millis(10);
-        let schedule = Schedule::new(started, now + Duration::from_secs(1), 1000.0, Shard::WHOLE);
-        let recorder = Arc::new(Recorder::new(
-            started,
-            LoadRecord::new(
-                Shard::WHOLE,
-                Profile::Constant {
-                    users: 1,
-                    duration_secs: 1.0,
-                },
-                0,
-            ),
-            false,
-        ));
-        let lanes = Lanes::new(schedule, 100, recorder);
-        let take = || tokio::time::timeout(Duration::from_millis(100), lanes.take());
-        assert_eq!(take().await, Ok(Some(started)));
+        let lanes = lanes_of(started, now + Duration::from_secs(1), 1000.0);
+        assert_eq!(take_within_100ms(&lanes).await, Ok(Some(started)));
         // Handed over and counted in flight (all of them, with any come due since) ...
         let in_flight = lanes.in_flight.load(Ordering::Acquire);
         assert!((10..20).contains(&in_flight), "{in_flight} in flight");
         // ... and taken in order by the next lanes to look.
-        let second = take().await.expect("due").expect("a request");
+        let second = take_within_100ms(&lanes)
+            .await
+            .expect("due")
+            .expect("a request");
         let after = (second - started).as_micros();
         assert!((999..=1001).contains(&after), "{after} µs after the first");
     }
@@ -754,25 +764,14 @@ mod tests {
     async fn a_lane_waits_while_nothing_is_due_and_stops_when_the_schedule_is_over() {
         // One request a second: the first is due at once, the next in a second.
         let started = Instant::now();
-        let schedule = Schedule::new(started, started + Duration::from_secs(2), 1.0, Shard::WHOLE);
-        let recorder = Arc::new(Recorder::new(
-            started,
-            LoadRecord::new(
-                Shard::WHOLE,
-                Profile::Constant {
-                    users: 1,
-                    duration_secs: 2.0,
-                },
-                0,
-            ),
-            false,
-        ));
-        let lanes = Lanes::new(schedule, 100, recorder);
-        let take = || tokio::time::timeout(Duration::from_millis(100), lanes.take());
-        assert_eq!(take().await, Ok(Some(started)));
-        assert!(take().await.is_err(), "nothing is due for a second");
+        let lanes = lanes_of(started, started + Duration::from_secs(2), 1.0);
+        assert_eq!(take_within_100ms(&lanes).await, Ok(Some(started)));
+        assert!(
+            take_within_100ms(&lanes).await.is_err(),
+            "nothing is due for a second"
+        );
         lanes.over.store(true, Ordering::Release);
-        assert_eq!(take().await, Ok(None));
+        assert_eq!(take_within_100ms(&lanes).await, Ok(None));
     }
 
     #[tokio::test]
