@@ -83,7 +83,7 @@ impl Lanes {
     /// Moves every request of the schedule whose time has come by `now` to `due`, or
     /// drops (and records) it when `max_in_flight` are in flight; returns how many it
     /// moved.
-    fn hand_over(&self, queue: &mut Queue, now: Instant) -> usize {
+    fn move_due(&self, queue: &mut Queue, now: Instant) -> usize {
         let mut handed = 0;
         while let Some(intended) = queue.schedule.next_if(|t| *t <= now) {
             if self.in_flight.load(Ordering::Acquire) + handed >= self.max_in_flight {
@@ -100,17 +100,20 @@ impl Lanes {
         handed
     }
 
-    /// The pacer's look: hands over what has come due; returns the next request's time
-    /// (`None` once the schedule is over) and how many requests are in flight.
-    fn pace(&self, now: Instant) -> (Option<Instant>, usize) {
-        let mut queue = self.queue();
-        let handed = self.hand_over(&mut queue, now);
-        let next = queue.schedule.peek().copied();
-        drop(queue);
-        for _ in 0..handed {
+    /// Hands over what has come due by `now` and, if `take`, takes the first request
+    /// due; wakes a lane for each request handed over and not taken here. Returns the
+    /// request taken and the next request's time (`None` once the schedule is over).
+    fn hand_over(&self, now: Instant, take: bool) -> (Option<Instant>, Option<Instant>) {
+        let (handed, taken, next) = {
+            let mut queue = self.queue();
+            let handed = self.move_due(&mut queue, now);
+            let taken = if take { queue.due.pop_front() } else { None };
+            (handed, taken, queue.schedule.peek().copied())
+        };
+        for _ in usize::from(taken.is_some())..handed {
             self.handed.notify_one();
         }
-        (next, self.in_flight.load(Ordering::Acquire))
+        (taken, next)
     }
 
     /// How long the oldest request handed over has waited for a lane to take it.
@@ -147,17 +150,7 @@ impl Lanes {
 
     /// Hands over what has come due and takes the first request due, if any.
     fn try_take(&self) -> Option<Instant> {
-        let now = Instant::now();
-        let (handed_here, taken) = {
-            let mut queue = self.queue();
-            let handed_here = self.hand_over(&mut queue, now);
-            (handed_here, queue.due.pop_front())
-        };
-        // What this lane handed over beyond its own is for the others.
-        for _ in 1..handed_here {
-            self.handed.notify_one();
-        }
-        taken
+        self.hand_over(Instant::now(), true).0
     }
 }
 
@@ -396,9 +389,10 @@ impl Driver {
         let mut busy = BusyShare::new(tokio::runtime::Handle::current().metrics());
         loop {
             let now = Instant::now();
-            let (Some(next), in_flight) = lanes.pace(now) else {
+            let (_, Some(next)) = lanes.hand_over(now, false) else {
                 break;
             };
+            let in_flight = lanes.in_flight.load(Ordering::Acquire);
             // Read every round, so the share is of the last 10 ms, not of all the time
             // since lanes were last looked at.
             let busy_share = busy.at(now);
