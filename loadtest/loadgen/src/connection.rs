@@ -26,6 +26,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Io = TokioIo<TcpStream>;
 
+/// A connection's I/O state machine, boxed: hyper's is several hundred bytes, and a
+/// lane's future holds it across every await.
+type Driver = Pin<Box<Connection<Io, Empty<Bytes>>>>;
+
 /// What came back for one request, or why nothing did.
 #[derive(Debug)]
 pub enum Reply {
@@ -108,7 +112,18 @@ pub struct UserConnection {
 
 struct Open {
     sender: SendRequest<Empty<Bytes>>,
-    connection: Pin<Box<Connection<Io, Empty<Bytes>>>>,
+    /// `None` once it has finished. Dropped then, not kept: a request still queued on it
+    /// is handed back only when it is dropped, and would otherwise wait for its timeout.
+    connection: Option<Driver>,
+}
+
+/// What became of a request given to a connection.
+enum Exchange {
+    /// Answered, or failed once it may have gone out; `finished` says the connection
+    /// takes no more requests.
+    Done { outcome: Reply, finished: bool },
+    /// The connection closed before the request went out.
+    Unsent(Request<Empty<Bytes>>),
 }
 
 impl UserConnection {
@@ -149,19 +164,40 @@ impl UserConnection {
         request
             .headers_mut()
             .insert(HOST, self.endpoint.host_header.clone());
-        let open = match self.open.take() {
-            Some(open) if !open.sender.is_closed() => self.open.insert(open),
-            _ => match self.connect().await {
-                Ok(open) => self.open.insert(open),
-                Err(outcome) => return outcome,
-            },
-        };
-        let (outcome, finished) = open.exchange(request).await;
-        if finished {
-            // A finished connection takes no more requests: the next one opens a new one.
-            self.open = None;
+        // A kept-alive connection the server closed while it was idle hands the request
+        // back unsent; it goes once more, on a new connection. (A request that went out
+        // before the close was noticed is not repeated: it may have been served.)
+        let mut reused = true;
+        loop {
+            let open = match self.open.take() {
+                Some(open) if !open.sender.is_closed() => self.open.insert(open),
+                _ => match self.connect().await {
+                    Ok(open) => {
+                        reused = false;
+                        self.open.insert(open)
+                    }
+                    Err(outcome) => return outcome,
+                },
+            };
+            let (outcome, finished) = match open.exchange(request).await {
+                Exchange::Done { outcome, finished } => (outcome, finished),
+                Exchange::Unsent(unsent) if reused => {
+                    self.open = None;
+                    request = unsent;
+                    reused = false;
+                    continue;
+                }
+                Exchange::Unsent(_) => (
+                    Reply::Failed("the connection closed before the request went out".into()),
+                    true,
+                ),
+            };
+            if finished {
+                // A finished connection takes no more requests: the next one opens a new one.
+                self.open = None;
+            }
+            return outcome;
         }
-        outcome
     }
 
     async fn connect(&self) -> Result<Open, Reply> {
@@ -188,7 +224,7 @@ impl UserConnection {
             .map_err(|e| Reply::ConnectFailed(describe(&e)))?;
         Ok(Open {
             sender,
-            connection: Box::pin(connection),
+            connection: Some(Box::pin(connection)),
         })
     }
 }
@@ -222,31 +258,70 @@ async fn until_timer(
 }
 
 impl Open {
-    /// Sends `request` and reads its answer, polling the connection alongside; also
-    /// says whether the connection finished (and must not be used again).
-    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> (Reply, bool) {
+    /// Sends `request` and reads its answer, driving the connection alongside.
+    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> Exchange {
         let Open { sender, connection } = self;
-        let response = async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
+        let answer = async {
+            // Until the connection has read its last answer to the end it takes no
+            // request; it learns that it has only while it is polled.
+            if sender.ready().await.is_err() {
+                return Err(Exchange::Unsent(request));
+            }
+            let response = match sender.try_send_request(request).await {
+                Ok(response) => response,
+                Err(mut refused) => {
+                    return match refused.take_message() {
+                        Some(unsent) => Err(Exchange::Unsent(unsent)),
+                        None => Err(failed(&refused.into_error())),
+                    }
+                }
+            };
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await?.to_bytes();
-            Ok::<_, hyper::Error>(Reply::Response { status, body })
+            match response.into_body().collect().await {
+                Ok(body) => Ok(Reply::Response {
+                    status,
+                    body: body.to_bytes(),
+                }),
+                Err(e) => Err(failed(&e)),
+            }
         };
-        let failed = |e: hyper::Error| Reply::Failed(describe(&e));
-        // The connection makes progress only while it is polled: beside the request.
-        tokio::pin!(response);
-        let ended = tokio::select! {
-            biased;
-            answered = &mut response => return (answered.unwrap_or_else(failed), false),
-            ended = connection.as_mut() => ended,
-        };
-        let outcome = match ended {
-            // Closed after its last answer (`Connection: close`): the answer is buffered,
-            // or the request fails as unanswered.
-            Ok(()) => response.await.unwrap_or_else(failed),
-            Err(e) => failed(e),
-        };
-        (outcome, true)
+        match drive(connection, answer).await {
+            Ok(outcome) => Exchange::Done {
+                outcome,
+                // Closed after its answer (`Connection: close`), say.
+                finished: connection.is_none(),
+            },
+            Err(exchange) => exchange,
+        }
     }
+}
+
+fn failed(error: &hyper::Error) -> Exchange {
+    Exchange::Done {
+        outcome: Reply::Failed(describe(error)),
+        finished: true,
+    }
+}
+
+/// Runs `work` while polling `connection` (whose I/O makes progress only while polled)
+/// in the same task. Once the connection finishes it is dropped and `work` goes on
+/// alone: hyper fails or hands back what was waiting on it.
+///
+/// `work` is polled first: what it hands the connection (a request, a read of the body)
+/// is then taken up in the same poll, not in one more wake-up of the task.
+async fn drive<F: Future>(connection: &mut Option<Driver>, work: F) -> F::Output {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(output);
+        }
+        match connection.as_mut().map(|open| open.as_mut().poll(cx)) {
+            Some(Poll::Ready(_)) => {
+                *connection = None;
+                work.as_mut().poll(cx)
+            }
+            _ => Poll::Pending,
+        }
+    })
+    .await
 }

@@ -930,4 +930,42 @@ mod tests {
         // Each user pauses 50 ms after a failed connect: about 20 attempts, not 100,000.
         assert!((2..100).contains(&summary.requests), "{summary:?}");
     }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_replaced_without_failing_a_request() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        // A server that closes a keep-alive connection after 50 ms without a request,
+        // as nginx's `keepalive_timeout` does (75 s by default).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(Ok(n)) =
+                        tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await
+                    {
+                        if n == 0 {
+                            break;
+                        }
+                        let answer =
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"partial\":false}";
+                        if stream.write_all(answer).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let profile = Profile::Arrival {
+            rate_per_sec: 5.0,
+            duration_secs: 1.0,
+            max_in_flight: 10,
+        };
+        let summary = run(target_at(addr), profile, false, "test").await;
+        assert_eq!(summary.requests, 5);
+        assert_eq!(summary.successful_requests, 5, "{summary:?}");
+    }
 }
