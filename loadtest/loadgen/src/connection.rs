@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Body as _;
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper::header::{HeaderValue, HOST};
 use hyper::{Request, Uri};
@@ -35,7 +36,8 @@ type Driver = Pin<Box<Connection<Io, Empty<Bytes>>>>;
 pub enum Reply {
     Response {
         status: u16,
-        body: Bytes,
+        /// Whether the body held the connection's marker (read as it came, not kept).
+        marked: bool,
     },
     /// No connection could be made: refused, unreachable, or none within 2 s.
     ConnectFailed(String),
@@ -103,6 +105,8 @@ impl Endpoint {
 /// A lazily opened connection to one endpoint, reopened after any failure.
 pub struct UserConnection {
     endpoint: Endpoint,
+    /// What to look for in each answer's body, if anything.
+    marker: Option<&'static [u8]>,
     open: Option<Open>,
     /// The requests' timeout, one timer for all of them: moving a pending timer's
     /// deadline later is an atomic update in Tokio, whereas a timer per request is an
@@ -127,10 +131,12 @@ enum Exchange {
 }
 
 impl UserConnection {
-    /// Nothing is connected until the first request.
-    pub fn new(endpoint: Endpoint) -> Self {
+    /// Nothing is connected until the first request. Answers' bodies are searched for
+    /// `marker` (see [`Reply::Response`]) as they are read, and dropped.
+    pub fn new(endpoint: Endpoint, marker: Option<&'static [u8]>) -> Self {
         Self {
             endpoint,
+            marker: marker.filter(|m| !m.is_empty()),
             open: None,
             timer: None,
         }
@@ -179,7 +185,7 @@ impl UserConnection {
                     Err(outcome) => return outcome,
                 },
             };
-            let (outcome, finished) = match open.exchange(request).await {
+            let (outcome, finished) = match open.exchange(request, self.marker).await {
                 Exchange::Done { outcome, finished } => (outcome, finished),
                 Exchange::Unsent(unsent) if reused => {
                     self.open = None;
@@ -259,7 +265,11 @@ async fn until_timer(
 
 impl Open {
     /// Sends `request` and reads its answer, driving the connection alongside.
-    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> Exchange {
+    async fn exchange(
+        &mut self,
+        request: Request<Empty<Bytes>>,
+        marker: Option<&'static [u8]>,
+    ) -> Exchange {
         let Open { sender, connection } = self;
         let answer = async {
             // Until the connection has read its last answer to the end it takes no
@@ -277,13 +287,22 @@ impl Open {
                 }
             };
             let status = response.status().as_u16();
-            match response.into_body().collect().await {
-                Ok(body) => Ok(Reply::Response {
-                    status,
-                    body: body.to_bytes(),
-                }),
-                Err(e) => Err(failed(&e)),
+            let mut body = response.into_body();
+            let mut scan = MarkerScan::new(marker);
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(frame) => {
+                        if let Some(data) = frame.data_ref() {
+                            scan.feed(data, body.is_end_stream());
+                        }
+                    }
+                    Err(e) => return Err(failed(&e)),
+                }
             }
+            Ok(Reply::Response {
+                status,
+                marked: scan.found,
+            })
         };
         match drive(connection, answer).await {
             Ok(outcome) => Exchange::Done {
@@ -301,6 +320,51 @@ fn failed(error: &hyper::Error) -> Exchange {
         outcome: Reply::Failed(describe(error)),
         finished: true,
     }
+}
+
+/// Looks for a marker in a body read frame by frame, holding no more of the body than a
+/// marker's length: a large answer is classified without being kept whole.
+struct MarkerScan {
+    marker: Option<&'static [u8]>,
+    found: bool,
+    /// The body's last `marker.len() - 1` bytes so far: a marker may span two frames.
+    tail: Vec<u8>,
+}
+
+impl MarkerScan {
+    fn new(marker: Option<&'static [u8]>) -> Self {
+        Self {
+            marker,
+            found: false,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Takes the body's next frame of data; `last` when no more will come.
+    fn feed(&mut self, data: &[u8], last: bool) {
+        let Some(marker) = self.marker.filter(|_| !self.found) else {
+            return;
+        };
+        let keep = marker.len() - 1;
+        if !self.tail.is_empty() {
+            let seen = self.tail.len();
+            self.tail.extend_from_slice(&data[..keep.min(data.len())]);
+            self.found = contains(&self.tail, marker);
+            self.tail.truncate(seen);
+        }
+        self.found = self.found || contains(data, marker);
+        // The last frame (most bodies have one) needs no tail: nothing follows it.
+        if self.found || last {
+            return;
+        }
+        self.tail.extend_from_slice(data);
+        let excess = self.tail.len().saturating_sub(keep);
+        self.tail.drain(..excess);
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Runs `work` while polling `connection` (whose I/O makes progress only while polled)
@@ -324,4 +388,64 @@ async fn drive<F: Future>(connection: &mut Option<Driver>, work: F) -> F::Output
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MarkerScan;
+
+    const MARKER: &[u8] = b"\"partial\":true";
+
+    /// Whether the scan finds the marker in `body` cut into frames at `cuts`.
+    fn found_in(body: &[u8], cuts: &[usize]) -> bool {
+        let mut scan = MarkerScan::new(Some(MARKER));
+        let mut from = 0;
+        for &to in cuts.iter().chain([&body.len()]) {
+            scan.feed(&body[from..to], to == body.len());
+            from = to;
+        }
+        scan.found
+    }
+
+    #[test]
+    fn a_marker_is_found_however_the_body_is_cut_into_frames() {
+        let marked = br#"{"errors":["packages"],"partial":true}"#;
+        let whole = br#"{"errors":[],"partial":false}"#;
+        // Every way of cutting the body in three, empty frames included.
+        for first in 0..=marked.len() {
+            for second in first..=marked.len() {
+                assert!(found_in(marked, &[first, second]), "{first} {second}");
+            }
+        }
+        for first in 0..=whole.len() {
+            for second in first..=whole.len() {
+                assert!(!found_in(whole, &[first, second]), "{first} {second}");
+            }
+        }
+        // One byte a frame: the marker spans fourteen of them.
+        let bytes: Vec<usize> = (1..marked.len()).collect();
+        assert!(found_in(marked, &bytes));
+        // The frames' ends around a marker that is not there.
+        assert!(!found_in(br#""partial":tru"#, &[5]));
+        assert!(found_in(br#"x"partial":true"#, &[1, 15]));
+    }
+
+    #[test]
+    fn a_long_body_leaves_no_more_than_a_marker_behind() {
+        let mut scan = MarkerScan::new(Some(MARKER));
+        let frame = [b'x'; 4096];
+        for _ in 0..1000 {
+            scan.feed(&frame, false);
+        }
+        assert!(!scan.found);
+        assert_eq!(scan.tail.len(), MARKER.len() - 1);
+    }
+
+    #[test]
+    fn without_a_marker_nothing_is_found_or_kept() {
+        let mut scan = MarkerScan::new(None);
+        scan.feed(MARKER, false);
+        assert!(!scan.found);
+        assert!(scan.tail.is_empty());
+    }
 }

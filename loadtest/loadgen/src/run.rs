@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::busy::BusyShare;
-use crate::connection::{Reply, UserConnection};
+use crate::connection::Reply;
 use crate::profile::Profile;
 pub use crate::record::MAX_TIMEOUT;
 use crate::record::{LoadRecord, LoadSummary, Outcome, Percentiles, MAX_SAMPLES};
@@ -429,7 +429,7 @@ impl Driver {
     fn lane(&self, lanes: Arc<Lanes>) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (target, recorder) = (self.target.clone(), self.recorder.clone());
         async move {
-            let mut connection = UserConnection::new(target.endpoint.clone());
+            let mut connection = target.connection();
             while let Some(intended) = lanes.take().await {
                 recorder.send(intended, intended.elapsed());
                 let outcome = match target.next_uri() {
@@ -482,7 +482,7 @@ impl Driver {
         let (target, recorder, deadline) =
             (self.target.clone(), self.recorder.clone(), self.deadline);
         async move {
-            let mut connection = UserConnection::new(target.endpoint.clone());
+            let mut connection = target.connection();
             // One clock reading per request: a request's end is the next one's start.
             let mut sent = Instant::now();
             while sent < deadline && index < desired.load(Ordering::Relaxed) {
@@ -931,11 +931,10 @@ mod tests {
         assert!((2..100).contains(&summary.requests), "{summary:?}");
     }
 
-    #[tokio::test]
-    async fn a_connection_the_server_closed_while_idle_is_replaced_without_failing_a_request() {
+    /// A target whose server writes `answer` for each request it reads (assumed to come
+    /// in one read) and closes a connection left idle for `idle`.
+    async fn serve_raw(answer: &'static [u8], idle: Duration) -> Target {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        // A server that closes a keep-alive connection after 50 ms without a request,
-        // as nginx's `keepalive_timeout` does (75 s by default).
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -943,29 +942,49 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
+                    let mut request = [0u8; 4096];
                     while let Ok(Ok(n)) =
-                        tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await
+                        tokio::time::timeout(idle, stream.read(&mut request)).await
                     {
-                        if n == 0 {
-                            break;
-                        }
-                        let answer =
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"partial\":false}";
-                        if stream.write_all(answer).await.is_err() {
+                        if n == 0 || stream.write_all(answer).await.is_err() {
                             break;
                         }
                     }
                 });
             }
         });
+        target_at(addr)
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_replaced_without_failing_a_request() {
+        // Closed after 50 ms without a request, as nginx's `keepalive_timeout` does (75 s
+        // by default); the requests come 200 ms apart.
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"partial\":false}";
+        let target = serve_raw(answer, Duration::from_millis(50)).await;
         let profile = Profile::Arrival {
             rate_per_sec: 5.0,
             duration_secs: 1.0,
             max_in_flight: 10,
         };
-        let summary = run(target_at(addr), profile, false, "test").await;
+        let summary = run(target, profile, false, "test").await;
         assert_eq!(summary.requests, 5);
         assert_eq!(summary.successful_requests, 5, "{summary:?}");
+    }
+
+    #[tokio::test]
+    async fn a_marker_cut_across_the_frames_of_an_answer_counts_it_as_partial() {
+        // A chunked answer whose chunks cut `"partial":true` in three.
+        let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+            12\r\n{\"errors\":[\"a\"],\"p\r\n6\r\nartial\r\n8\r\n\":true}\n\r\n0\r\n\r\n";
+        let target = serve_raw(answer, Duration::from_secs(10)).await;
+        let profile = Profile::Constant {
+            users: 1,
+            duration_secs: 0.2,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let partial = summary.outcomes.get(&Outcome::Partial).copied();
+        assert!(summary.requests > 0, "{summary:?}");
+        assert_eq!(partial, Some(summary.requests), "{summary:?}");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hyper::Uri;
 
-use crate::connection::{Endpoint, Reply};
+use crate::connection::{Endpoint, Reply, UserConnection};
 use crate::record::Outcome;
 
 /// What each request asks for: the origin-form URI (path and query) of the next request,
@@ -80,6 +80,11 @@ impl Target {
         self.endpoint.check_reachable().await
     }
 
+    /// A connection to the target that looks for its partial marker in each answer.
+    pub(crate) fn connection(&self) -> UserConnection {
+        UserConnection::new(self.endpoint.clone(), self.partial_marker)
+    }
+
     /// The next request's path and query.
     pub(crate) fn next_uri(&self) -> Result<Uri, String> {
         self.requests.next_uri()
@@ -88,11 +93,8 @@ impl Target {
     /// What an answer counts as.
     pub(crate) fn classify(&self, reply: &Reply) -> Outcome {
         match reply {
-            Reply::Response { status, body } if (200..300).contains(status) => {
-                let partial = self
-                    .partial_marker
-                    .is_some_and(|m| body.windows(m.len()).any(|w| w == m));
-                if partial {
+            Reply::Response { status, marked } if (200..300).contains(status) => {
+                if *marked {
                     Outcome::Partial
                 } else {
                     Outcome::Ok
@@ -129,25 +131,21 @@ mod tests {
 
     #[test]
     fn answers_are_classified_by_status_and_marker() {
-        let plain = target("http://127.0.0.1:1/").expect("target");
-        let marked = plain.clone().counting_partial(b"\"partial\":true");
-        let answer = |status, body: &'static str| Reply::Response {
-            status,
-            body: bytes::Bytes::from_static(body.as_bytes()),
-        };
-        let partial = answer(200, r#"{"partial":true}"#);
-        assert_eq!(plain.classify(&partial), Outcome::Ok);
-        assert_eq!(marked.classify(&partial), Outcome::Partial);
+        let target = target("http://127.0.0.1:1/").expect("target");
+        let answer = |status, marked| Reply::Response { status, marked };
+        assert_eq!(target.classify(&answer(200, false)), Outcome::Ok);
+        assert_eq!(target.classify(&answer(204, true)), Outcome::Partial);
+        // Only a successful answer can be partial.
+        assert_eq!(target.classify(&answer(503, true)), Outcome::Http5xx);
+        assert_eq!(target.classify(&answer(404, false)), Outcome::Http4xx);
+        assert_eq!(target.classify(&Reply::TimedOut), Outcome::Timeout);
         assert_eq!(
-            marked.classify(&answer(200, r#"{"partial":false}"#)),
-            Outcome::Ok
-        );
-        assert_eq!(marked.classify(&answer(503, "")), Outcome::Http5xx);
-        assert_eq!(marked.classify(&answer(404, "")), Outcome::Http4xx);
-        assert_eq!(marked.classify(&Reply::TimedOut), Outcome::Timeout);
-        assert_eq!(
-            marked.classify(&Reply::ConnectFailed("refused".into())),
+            target.classify(&Reply::ConnectFailed("refused".into())),
             Outcome::ConnectFailed
+        );
+        assert_eq!(
+            target.classify(&Reply::Failed("reset".into())),
+            Outcome::Connection
         );
     }
 }
