@@ -150,3 +150,57 @@ async fn timeouts_refusals_and_oversized_answers_are_told_apart() {
     assert_eq!(error_type("GET slow").as_deref(), Some("timeout"));
     assert_eq!(error_type("GET nobody").as_deref(), Some("connection"));
 }
+
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_does_not_fail_the_next_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // A server that closes a kept-alive connection after 50 ms without a request, as
+    // nginx's `keepalive_timeout` does; the calls come 150 ms apart.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let idle = Duration::from_millis(50);
+                while let Ok(Ok(n)) = tokio::time::timeout(idle, stream.read(&mut request)).await {
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if n == 0 || stream.write_all(answer).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let telemetry = Telemetry::with_exporter("caller", InMemorySpanExporter::default());
+    let client = TracedClient::new(telemetry, 4, 1024);
+    for call in 0..3 {
+        if call > 0 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let outcome = client
+            .get(
+                &Context::new(),
+                "GET idle",
+                uri(addr, "/"),
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(
+            matches!(&outcome, CallOutcome::Response { status: 200, body } if body.as_ref() == b"ok"),
+            "call {call}: {outcome:?}"
+        );
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "a new connection for each call"
+    );
+}
