@@ -264,7 +264,8 @@ async fn until_timer(
 }
 
 impl Open {
-    /// Sends `request` and reads its answer, driving the connection alongside.
+    /// Sends `request` and reads its answer, driving the connection alongside; hands the
+    /// request back if the connection closed before it went out.
     async fn exchange(
         &mut self,
         request: Request<Empty<Bytes>>,
