@@ -44,6 +44,17 @@ pub enum Reply {
     TimedOut,
     /// The connection failed after it was made (reset, or closed before an answer).
     Failed(String),
+    /// A connection made for this request failed before its answer was complete (closed
+    /// or reset): all a server that accepts connections and serves nothing gives.
+    ClosedUnanswered(String),
+}
+
+impl Reply {
+    /// Whether the target could not be reached or served nothing on a new connection:
+    /// a closed-loop user pauses before its next try rather than hammer it.
+    pub fn is_target_unavailable(&self) -> bool {
+        matches!(self, Reply::ConnectFailed(_) | Reply::ClosedUnanswered(_))
+    }
 }
 
 /// An error with its causes, `outer: inner: innermost` (hyper's own messages are terse).
@@ -202,7 +213,10 @@ impl UserConnection {
                 // A finished connection takes no more requests: the next one opens a new one.
                 self.open = None;
             }
-            return outcome;
+            return match outcome {
+                Reply::Failed(why) if !reused => Reply::ClosedUnanswered(why),
+                outcome => outcome,
+            };
         }
     }
 

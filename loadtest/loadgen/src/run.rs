@@ -24,7 +24,8 @@ use crate::schedule::Schedule;
 use crate::shard::Shard;
 use crate::target::Target;
 
-/// How long a closed-loop user waits after its connection could not be made.
+/// How long a closed-loop user waits after its connection could not be made, or was
+/// closed before it answered.
 const CONNECT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// The open loop adds at most one lane (and connection) per this interval.
@@ -503,8 +504,9 @@ impl Driver {
                 let outcome = target.classify(&reply);
                 recorder.request(sent, outcome, answered - sent);
                 sent = answered;
-                if outcome == Outcome::ConnectFailed {
-                    // A target that went away is counted, not hammered in a tight loop.
+                if reply.is_target_unavailable() {
+                    // A target that went away, or that accepts connections and closes
+                    // them unanswered, is counted, not hammered in a tight loop.
                     tokio::time::sleep(
                         CONNECT_RETRY_PAUSE.min(deadline.saturating_duration_since(sent)),
                     )
@@ -928,6 +930,28 @@ mod tests {
         let refused = summary.outcomes.get(&Outcome::ConnectFailed).copied();
         assert_eq!(refused, Some(summary.requests), "{summary:?}");
         // Each user pauses 50 ms after a failed connect: about 20 attempts, not 100,000.
+        assert!((2..100).contains(&summary.requests), "{summary:?}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_closes_every_connection_unanswered_is_counted_not_hammered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+        let profile = Profile::Constant {
+            users: 2,
+            duration_secs: 0.5,
+        };
+        let summary = run(target_at(addr), profile, false, "test").await;
+        let unanswered = summary.outcomes.get(&Outcome::Connection).copied();
+        assert_eq!(unanswered, Some(summary.requests), "{summary:?}");
+        // As after a failed connect, about 20 attempts (without the pause, ~6,000).
         assert!((2..100).contains(&summary.requests), "{summary:?}");
     }
 

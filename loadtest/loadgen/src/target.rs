@@ -104,7 +104,7 @@ impl Target {
             Reply::Response { .. } => Outcome::Http4xx,
             Reply::TimedOut => Outcome::Timeout,
             Reply::ConnectFailed(_) => Outcome::ConnectFailed,
-            Reply::Failed(_) => Outcome::Connection,
+            Reply::Failed(_) | Reply::ClosedUnanswered(_) => Outcome::Connection,
         }
     }
 }
@@ -145,6 +145,10 @@ mod tests {
         );
         assert_eq!(
             target.classify(&Reply::Failed("reset".into())),
+            Outcome::Connection
+        );
+        assert_eq!(
+            target.classify(&Reply::ClosedUnanswered("closed".into())),
             Outcome::Connection
         );
     }
