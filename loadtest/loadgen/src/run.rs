@@ -597,6 +597,15 @@ mod tests {
         assert!((s.throughput_rps - 2.5).abs() < 1e-9);
     }
 
+    /// A listener on a free loopback port, and its address.
+    async fn loopback_listener() -> (tokio::net::TcpListener, std::net::SocketAddr) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        (listener, addr)
+    }
+
     /// An answer of the stub servers below: what to say, and whether to close after.
     type Handler = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
@@ -610,10 +619,7 @@ mod tests {
     async fn serve_counting_connections(handler: Handler) -> (Target, Arc<AtomicUsize>) {
         use hyper::server::conn::http1;
         use hyper::service::service_fn;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (listener, addr) = loopback_listener().await;
         let accepted = Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
         tokio::spawn(async move {
@@ -929,10 +935,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_target_that_refuses_connections_is_counted_not_hammered() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (listener, addr) = loopback_listener().await;
         drop(listener);
         let target = target_at(addr);
         assert!(target.check_reachable().await.is_err());
@@ -942,10 +945,7 @@ mod tests {
     #[tokio::test]
     async fn a_server_that_closes_every_connection_unanswered_is_counted_not_hammered() {
         // Without the pause, two users tried ~6,000 times in the 0.5 s.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (listener, addr) = loopback_listener().await;
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 drop(stream);
@@ -958,10 +958,7 @@ mod tests {
     /// in one read) and closes a connection left idle for `idle`.
     async fn serve_raw(answer: &'static [u8], idle: Duration) -> Target {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (listener, addr) = loopback_listener().await;
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 tokio::spawn(async move {
