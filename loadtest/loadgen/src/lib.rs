@@ -10,6 +10,7 @@
 //!   total, bounded whatever the run's length, checked when read, mergeable;
 //! - [`schedule`]: the open loop's request times, taken in order by its lanes;
 //! - `busy`: how busy the runtime is, which the open loop asks before it adds a lane;
+//! - `pace_timer`: the open loop's pacer timer, precise to microseconds on Linux;
 //! - [`shard`]: one generator's exact part of a profile that several drive together;
 //! - [`start`]: when a shard starts, on time or late, given the common start.
 //!
@@ -19,6 +20,7 @@
 
 mod busy;
 pub mod connection;
+mod pace_timer;
 pub mod profile;
 pub mod record;
 pub mod run;
