@@ -46,12 +46,13 @@ const LANE_BUSY_SHARE: f64 = 0.9;
 /// Up to this rate (requests a second, per generator) the open loop's pacer wakes on a
 /// precise timer, at each request's time but at most once per PRECISE_PACING_MIN_GAP, so
 /// requests leave at most ~0.2 ms late; beyond it, at the ticks of Tokio's timer (1 ms).
-/// A precise wake-up costs a wake of the generator's thread and two system calls: one a
-/// request took ~55 µs of CPU a request at 10k/s against an instant endpoint instead of
-/// ~21, rationed ~36 (and at 20k/s ~25, as with Tokio's ticks). Above the limit, lanes
-/// that finish requests hand over what is due every few microseconds anyway; at 30k and
-/// 48k/s precise pacing cut the p99 lateness from 1.1 to 0.2 ms too, but two of six runs
-/// dropped requests after a stall, against none of six with Tokio's ticks.
+/// A precise wake-up costs a wake of the generator's thread and two system calls: with
+/// one for every request the generator took ~55 µs of CPU a request at 10k/s against an
+/// instant endpoint instead of ~21; rationed, ~36 (and ~25 at 20k/s, as with Tokio's
+/// ticks). Above the limit, lanes that finish requests hand over what is due every few
+/// microseconds anyway; at 30k and 48k/s precise pacing cut the p99 lateness from 1.1 to
+/// 0.2 ms too, but two of six runs dropped requests after a stall, against none of six
+/// with Tokio's ticks.
 const PRECISE_PACING_MAX_RATE: f64 = 20_000.0;
 const PRECISE_PACING_MIN_GAP: Duration = Duration::from_micros(200);
 
@@ -427,7 +428,8 @@ impl Driver {
             } else {
                 next
             };
-            // Rationed: at 10k/s a precise wake-up a request cost more than the requests.
+            // Rationed: at 10k/s a precise wake-up for every request cost more CPU than
+            // the requests themselves.
             let wake = if precise {
                 wake.max(now + PRECISE_PACING_MIN_GAP)
             } else {
