@@ -678,6 +678,21 @@ mod tests {
         .counting_partial(b"\"partial\":true")
     }
 
+    /// An open loop at `rate_per_sec` for `duration_secs` against `target`.
+    async fn run_open_loop(
+        target: Target,
+        rate_per_sec: f64,
+        duration_secs: f64,
+        max_in_flight: usize,
+    ) -> LoadSummary {
+        let profile = Profile::Arrival {
+            rate_per_sec,
+            duration_secs,
+            max_in_flight,
+        };
+        run(target, profile, false, "test").await
+    }
+
     /// One request at a time, each answered after 300 ms.
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -693,12 +708,7 @@ mod tests {
             })
         })
         .await;
-        let profile = Profile::Arrival {
-            rate_per_sec: 20.0,
-            duration_secs: 0.5,
-            max_in_flight: 100,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 20.0, 0.5, 100).await;
         assert_eq!(summary.requests, 10);
         // Served one by one, the tenth request waits for nine others: ~3 s from its
         // intended start, though its own service took 300 ms.
@@ -717,12 +727,7 @@ mod tests {
         // hands requests over. At the ticks of Tokio's timer half of them left 0.5 ms
         // late or more (0.6-0.8 ms at 1,000/s); at their time, 0.05 ms.
         let target = serve_target(|| Box::pin(async { false })).await;
-        let profile = Profile::Arrival {
-            rate_per_sec: 500.0,
-            duration_secs: 0.6,
-            max_in_flight: 100,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 500.0, 0.6, 100).await;
         assert_eq!(summary.successful_requests, 300, "{summary:?}");
         let late = summary
             .send_lateness_ms
@@ -735,12 +740,7 @@ mod tests {
         // 100 requests at 100/s, every one sent and answered; the connections it took.
         async fn connections_for_all(handler: Handler) -> usize {
             let (target, connections) = serve_counting_connections(handler).await;
-            let profile = Profile::Arrival {
-                rate_per_sec: 100.0,
-                duration_secs: 1.0,
-                max_in_flight: 100,
-            };
-            let summary = run(target, profile, false, "test").await;
+            let summary = run_open_loop(target, 100.0, 1.0, 100).await;
             assert_eq!(
                 (summary.requests, summary.successful_requests),
                 (100, 100),
@@ -824,12 +824,7 @@ mod tests {
         // The test's one thread blocked for 50 ms as the run starts, as a busy machine
         // does: 100 requests of the 2,000/s schedule then come due at once.
         tokio::spawn(async { std::thread::sleep(Duration::from_millis(50)) });
-        let profile = Profile::Arrival {
-            rate_per_sec: 2000.0,
-            duration_secs: 0.5,
-            max_in_flight: 1000,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 2000.0, 0.5, 1000).await;
         assert_eq!(
             (summary.requests, summary.successful_requests),
             (1000, 1000),
@@ -855,12 +850,7 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         });
-        let profile = Profile::Arrival {
-            rate_per_sec: 2000.0,
-            duration_secs: 0.2,
-            max_in_flight: 1000,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 2000.0, 0.2, 1000).await;
         spinner.abort();
         assert_eq!(summary.requests, 400, "{summary:?}");
         // Lanes may come while the first window of the runtime's busy time is measured
@@ -886,12 +876,7 @@ mod tests {
             })
         })
         .await;
-        let profile = Profile::Arrival {
-            rate_per_sec: 50.0,
-            duration_secs: 1.0,
-            max_in_flight: 2,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 50.0, 1.0, 2).await;
         let dropped = summary
             .outcomes
             .get(&Outcome::Dropped)
@@ -1024,12 +1009,7 @@ mod tests {
         // by default); the requests come 200 ms apart.
         let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 17\r\n\r\n{\"partial\":false}";
         let target = serve_raw(answer, Duration::from_millis(50)).await;
-        let profile = Profile::Arrival {
-            rate_per_sec: 5.0,
-            duration_secs: 1.0,
-            max_in_flight: 10,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_open_loop(target, 5.0, 1.0, 10).await;
         assert_eq!(summary.requests, 5);
         assert_eq!(summary.successful_requests, 5, "{summary:?}");
     }
