@@ -1,11 +1,12 @@
-//! Keep-alive HTTP/1.1 connections driven inside the task that sends on them: one per
-//! closed-loop user and one per open-loop lane.
+//! Keep-alive HTTP/1.1 connections, one per closed-loop user and one per open-loop lane
+//! (wrk's model: a connection per user, requests on it one after another).
 //!
-//! A pooled client such as hyper-util's runs every connection as a task of its own: each
-//! request crosses a channel to that task and its answer crosses back, two task wake-ups
-//! per request. Polling the connection beside the
-//! request in the sender's task removes both (wrk's model: one connection per user, one
-//! event loop); `bench/run loadgen` measures the difference.
+//! Each connection's I/O runs in a task of its own, as hyper's examples run it; the
+//! user's task sends on it and reads the answer. Polling the connection inside the
+//! user's task instead saves the hand-over between two tasks, but against the instant
+//! nginx endpoint on one core it answered 6–7 % fewer requests a second, in user and
+//! in kernel time alike, for about as many instructions (docs/performance.md,
+//! 2026-12-05).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Body as _;
-use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderValue, HOST};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
@@ -24,12 +25,6 @@ use tokio::time::Sleep;
 
 /// How long a connect may take before the request counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-type Io = TokioIo<TcpStream>;
-
-/// A connection's I/O state machine, boxed: hyper's is several hundred bytes, and a
-/// lane's future holds it across every await.
-type Driver = Pin<Box<Connection<Io, Empty<Bytes>>>>;
 
 /// What came back for one request, or why nothing did.
 #[derive(Debug)]
@@ -125,11 +120,12 @@ pub struct UserConnection {
     timer: Option<Pin<Box<Sleep>>>,
 }
 
+/// The sending half of a connection whose I/O runs in a task of its own. Dropping it
+/// ends that task: hyper closes a connection once nobody can send on it, and one whose
+/// answer nobody waits for any more (a request that timed out), so no connection
+/// outlives its user with a request half read.
 struct Open {
     sender: SendRequest<Empty<Bytes>>,
-    /// `None` once it has finished. Dropped then, not kept: a request still queued on it
-    /// is handed back only when it is dropped, and would otherwise wait for its timeout.
-    connection: Option<Driver>,
 }
 
 /// What became of a request given to a connection.
@@ -242,10 +238,9 @@ impl UserConnection {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| Reply::ConnectFailed(describe(&e)))?;
-        Ok(Open {
-            sender,
-            connection: Some(Box::pin(connection)),
-        })
+        // Its errors reach the request waiting on it; the task has nothing to add.
+        tokio::spawn(connection);
+        Ok(Open { sender })
     }
 }
 
@@ -278,14 +273,14 @@ async fn until_timer(
 }
 
 impl Open {
-    /// Sends `request` and reads its answer, driving the connection alongside; hands the
-    /// request back if the connection closed before it went out.
+    /// Sends `request` and reads its answer; hands the request back if the connection
+    /// closed before it went out.
     async fn exchange(
         &mut self,
         request: Request<Empty<Bytes>>,
         marker: Option<&'static [u8]>,
     ) -> Exchange {
-        let Open { sender, connection } = self;
+        let sender = &mut self.sender;
         let answer = async {
             // Until the connection has read its last answer to the end it takes no
             // request; it learns that it has only while it is polled.
@@ -319,11 +314,12 @@ impl Open {
                 marked: scan.found,
             })
         };
-        match drive(connection, answer).await {
+        match answer.await {
             Ok(outcome) => Exchange::Done {
                 outcome,
-                // Closed after its answer (`Connection: close`), say.
-                finished: connection.is_none(),
+                // Closed after its answer (`Connection: close`), say. If its task has
+                // not seen that yet, the next request finds out and is handed back.
+                finished: sender.is_closed(),
             },
             Err(exchange) => exchange,
         }
@@ -380,29 +376,6 @@ impl MarkerScan {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Runs `work` while polling `connection` (whose I/O makes progress only while polled)
-/// in the same task. Once the connection finishes it is dropped and `work` goes on
-/// alone: hyper fails or hands back what was waiting on it.
-///
-/// `work` is polled first: what it hands the connection (a request, a read of the body)
-/// is then taken up in the same poll, not in one more wake-up of the task.
-async fn drive<F: Future>(connection: &mut Option<Driver>, work: F) -> F::Output {
-    let mut work = std::pin::pin!(work);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(output) = work.as_mut().poll(cx) {
-            return Poll::Ready(output);
-        }
-        match connection.as_mut().map(|open| open.as_mut().poll(cx)) {
-            Some(Poll::Ready(_)) => {
-                *connection = None;
-                work.as_mut().poll(cx)
-            }
-            _ => Poll::Pending,
-        }
-    })
-    .await
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! - [`target`]: where the requests go and what each one asks for ([`Requests`]);
 //! - [`run`]: the load loops; latencies counted from each request's intended start in the
 //!   open loop (no coordinated omission); every run bounded by its duration;
-//! - [`connection`]: keep-alive connections driven inside the task that sends on them;
+//! - [`connection`]: keep-alive connections, each with its I/O in a task of its own;
 //! - [`record`]: a run's result per interval (outcomes, users, HDR histograms) and in
 //!   total, bounded whatever the run's length, checked when read, mergeable;
 //! - [`schedule`]: the open loop's request times, taken in order by its lanes;

@@ -1004,6 +1004,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_cut_off_by_its_timeout_closes_its_connection() {
+        // A server that reads each request and never answers, and counts the
+        // connections it accepted and those the generator closed. Every request times
+        // out; its connection, whose I/O runs in a task of its own, must close with it
+        // rather than linger half read.
+        use tokio::io::AsyncReadExt as _;
+        let (listener, addr) = loopback_listener().await;
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (accepting, closing) = (accepted.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                accepting.fetch_add(1, Ordering::SeqCst);
+                let closing = closing.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    while let Ok(n) = stream.read(&mut request).await {
+                        if n == 0 {
+                            closing.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let mut target = target_at(addr);
+        target.timeout = Duration::from_millis(100);
+        let profile = Profile::Constant {
+            users: 2,
+            duration_secs: 0.5,
+        };
+        let summary = run(target, profile, false, "test").await;
+        let timed_out = summary.outcomes.get(&Outcome::Timeout).copied();
+        assert!(timed_out.is_some_and(|n| n >= 4), "{summary:?}");
+        let accepted = accepted.load(Ordering::SeqCst);
+        assert!(accepted >= 4, "{accepted} connections for {summary:?}");
+        // Closing is the connection tasks' work, done as soon as they run again.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while closed.load(Ordering::SeqCst) < accepted && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(closed.load(Ordering::SeqCst), accepted);
+    }
+
+    #[tokio::test]
     async fn a_connection_the_server_closed_while_idle_is_replaced_without_failing_a_request() {
         // Closed after 50 ms without a request, as nginx's `keepalive_timeout` does (75 s
         // by default); the requests come 200 ms apart.
