@@ -693,6 +693,15 @@ mod tests {
         run(target, profile, false, "test").await
     }
 
+    /// A closed loop of `users` for `duration_secs` against `target`.
+    async fn run_closed_loop(target: Target, users: usize, duration_secs: f64) -> LoadSummary {
+        let profile = Profile::Constant {
+            users,
+            duration_secs,
+        };
+        run(target, profile, false, "test").await
+    }
+
     /// One request at a time, each answered after 300 ms.
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -915,11 +924,7 @@ mod tests {
         })
         .await;
         target.timeout = Duration::from_millis(200);
-        let profile = Profile::Constant {
-            users: 1,
-            duration_secs: 1.0,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_closed_loop(target, 1, 1.0).await;
         let timed_out = summary.outcomes.get(&Outcome::Timeout).copied();
         assert_eq!(timed_out, Some(1), "{summary:?}");
         assert_eq!(
@@ -936,11 +941,7 @@ mod tests {
     async fn closed_loop_users_reconnect_when_the_server_closes_their_connection() {
         // Every answer closes its connection: each user's next request needs a new one.
         let target = serve_target(|| Box::pin(async { true })).await;
-        let profile = Profile::Constant {
-            users: 3,
-            duration_secs: 0.5,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_closed_loop(target, 3, 0.5).await;
         assert!(summary.requests > 3, "{summary:?}");
         assert_eq!(summary.successful_requests, summary.requests, "{summary:?}");
         assert_eq!(summary.send_lateness_ms, None);
@@ -950,11 +951,7 @@ mod tests {
     /// counts as `outcome`, and a user pauses 50 ms after each, so there are about 20
     /// tries rather than thousands.
     async fn assert_counted_not_hammered(target: Target, outcome: Outcome) {
-        let profile = Profile::Constant {
-            users: 2,
-            duration_secs: 0.5,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_closed_loop(target, 2, 0.5).await;
         let counted = summary.outcomes.get(&outcome).copied();
         assert_eq!(counted, Some(summary.requests), "{summary:?}");
         assert!((2..100).contains(&summary.requests), "{summary:?}");
@@ -1031,11 +1028,7 @@ mod tests {
         });
         let mut target = target_at(addr);
         target.timeout = Duration::from_millis(100);
-        let profile = Profile::Constant {
-            users: 2,
-            duration_secs: 0.5,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_closed_loop(target, 2, 0.5).await;
         let timed_out = summary.outcomes.get(&Outcome::Timeout).copied();
         assert!(timed_out.is_some_and(|n| n >= 4), "{summary:?}");
         let accepted = accepted.load(Ordering::SeqCst);
@@ -1065,11 +1058,7 @@ mod tests {
         let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
             12\r\n{\"errors\":[\"a\"],\"p\r\n6\r\nartial\r\n8\r\n\":true}\n\r\n0\r\n\r\n";
         let target = serve_raw(answer, Duration::from_secs(10)).await;
-        let profile = Profile::Constant {
-            users: 1,
-            duration_secs: 0.2,
-        };
-        let summary = run(target, profile, false, "test").await;
+        let summary = run_closed_loop(target, 1, 0.2).await;
         let partial = summary.outcomes.get(&Outcome::Partial).copied();
         assert!(summary.requests > 0, "{summary:?}");
         assert_eq!(partial, Some(summary.requests), "{summary:?}");
