@@ -454,10 +454,12 @@ impl Driver {
         async move {
             let mut connection = target.connection();
             while let Some(intended) = lanes.take().await {
-                recorder.send(intended, intended.elapsed());
+                let sent = Instant::now();
+                recorder.send(intended, sent.saturating_duration_since(intended));
                 let outcome = match target.next_uri() {
                     Ok(path_and_query) => {
-                        target.classify(&connection.get(path_and_query, target.timeout).await)
+                        let reply = connection.get(path_and_query, sent + target.timeout).await;
+                        target.classify(&reply)
                     }
                     Err(_) => Outcome::Connection,
                 };
@@ -513,10 +515,9 @@ impl Driver {
                     recorder.request(sent, Outcome::Connection, Duration::ZERO);
                     break;
                 };
-                // One timer per request: the request's timeout, cut short by the run's end.
-                let remaining = deadline.saturating_duration_since(sent);
+                // The request's timeout, cut short by the run's end.
                 let reply = connection
-                    .get(path_and_query, target.timeout.min(remaining))
+                    .get(path_and_query, (sent + target.timeout).min(deadline))
                     .await;
                 let answered = Instant::now();
                 if matches!(reply, Reply::TimedOut) && answered >= deadline {
@@ -935,6 +936,52 @@ mod tests {
         assert!(summary.successful_requests >= 5, "{summary:?}");
         // The first request waited for its timeout, not for the answer.
         assert!(summary.latency_ms.max < 500.0, "{:?}", summary.latency_ms);
+    }
+
+    /// Requests the server of the timer test has begun to answer.
+    static ASKED: AtomicUsize = AtomicUsize::new(0);
+
+    #[tokio::test]
+    async fn a_timer_set_for_an_earlier_request_neither_cuts_a_request_short_nor_lets_it_overrun() {
+        // A connection's one timer is left set for an earlier request's deadline. The
+        // second answer takes 600 ms, the third 5 s.
+        let target = serve_target(|| {
+            Box::pin(async {
+                let delay = match ASKED.fetch_add(1, Ordering::SeqCst) {
+                    1 => 600,
+                    2 => 5000,
+                    _ => 0,
+                };
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                false
+            })
+        })
+        .await;
+        let mut connection = target.connection();
+        async fn get(
+            connection: &mut crate::connection::UserConnection,
+            timeout: Duration,
+        ) -> Reply {
+            let uri = hyper::Uri::from_static("/invoices?n=1");
+            connection.get(uri, Instant::now() + timeout).await
+        }
+        let answered = |reply: &Reply| matches!(reply, Reply::Response { status: 200, .. });
+        // The timer is set for 1 s from now.
+        let first = get(&mut connection, Duration::from_secs(1)).await;
+        assert!(answered(&first), "{first:?}");
+        // It fires 400 ms into the second request, which has 3 s: set again, not timed out.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let second = get(&mut connection, Duration::from_secs(3)).await;
+        assert!(answered(&second), "{second:?}");
+        // The third has 100 ms, where the timer is set for ~2.4 s on: brought forward.
+        let started = Instant::now();
+        let third = get(&mut connection, Duration::from_millis(100)).await;
+        let took = started.elapsed();
+        assert!(matches!(third, Reply::TimedOut), "{third:?}");
+        assert!(
+            (Duration::from_millis(100)..Duration::from_millis(1500)).contains(&took),
+            "timed out after {took:?}"
+        );
     }
 
     #[tokio::test]
