@@ -629,37 +629,62 @@ mod tests {
         (listener, addr)
     }
 
-    /// An answer of the stub servers below: what to say, and whether to close after.
-    type Handler = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+    /// An answer of the stub servers below, once it is due: whether to close after it.
+    type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
     /// Serves every request on a loopback port with `{"partial":false}` after `handler`
     /// (which says whether to close the connection after the answer); a target there.
-    async fn serve_target(handler: Handler) -> Target {
+    async fn serve_target(handler: impl Fn() -> Answer + Send + Sync + 'static) -> Target {
         serve_counting_connections(handler).await.0
     }
 
+    /// A target whose server answers its `n`th request (from 0) after the delay given for
+    /// `n` in `delays_ms`, and any other at once.
+    async fn serve_delaying(delays_ms: &'static [(usize, u64)]) -> Target {
+        let asked = AtomicUsize::new(0);
+        serve_target(move || {
+            let n = asked.fetch_add(1, Ordering::SeqCst);
+            let delay = delays_ms
+                .iter()
+                .find(|(i, _)| *i == n)
+                .map_or(0, |(_, ms)| *ms);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                false
+            })
+        })
+        .await
+    }
+
     /// [`serve_target`], and the count of connections it accepted.
-    async fn serve_counting_connections(handler: Handler) -> (Target, Arc<AtomicUsize>) {
+    async fn serve_counting_connections(
+        handler: impl Fn() -> Answer + Send + Sync + 'static,
+    ) -> (Target, Arc<AtomicUsize>) {
         use hyper::server::conn::http1;
         use hyper::service::service_fn;
         let (listener, addr) = loopback_listener().await;
         let accepted = Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
+        let handler = Arc::new(handler);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 counter.fetch_add(1, Ordering::SeqCst);
-                let service = service_fn(move |_request| async move {
-                    let close = handler().await;
-                    let mut answer = hyper::Response::new(http_body_util::Full::new(
-                        bytes::Bytes::from_static(b"{\"partial\":false}"),
-                    ));
-                    if close {
-                        answer.headers_mut().insert(
-                            hyper::header::CONNECTION,
-                            hyper::header::HeaderValue::from_static("close"),
-                        );
+                let handler = handler.clone();
+                let service = service_fn(move |_request| {
+                    let answer = handler();
+                    async move {
+                        let close = answer.await;
+                        let mut answer = hyper::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from_static(b"{\"partial\":false}"),
+                        ));
+                        if close {
+                            answer.headers_mut().insert(
+                                hyper::header::CONNECTION,
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
+                        }
+                        Ok::<_, std::convert::Infallible>(answer)
                     }
-                    Ok::<_, std::convert::Infallible>(answer)
                 });
                 let io = hyper_util::rt::TokioIo::new(stream);
                 tokio::spawn(http1::Builder::new().serve_connection(io, service));
@@ -748,7 +773,9 @@ mod tests {
     #[tokio::test]
     async fn open_loop_lanes_grow_to_the_requests_in_flight_and_no_further() {
         // 100 requests at 100/s, every one sent and answered; the connections it took.
-        async fn connections_for_all(handler: Handler) -> usize {
+        async fn connections_for_all(
+            handler: impl Fn() -> Answer + Send + Sync + 'static,
+        ) -> usize {
             let (target, connections) = serve_counting_connections(handler).await;
             let summary = run_open_loop(target, 100.0, 1.0, 100).await;
             assert_eq!(
@@ -904,26 +931,12 @@ mod tests {
         assert_eq!(MOST_AT_ONCE.load(Ordering::SeqCst), 2);
     }
 
-    /// Requests the server of the timeout test has begun to answer.
-    static BEGUN: AtomicUsize = AtomicUsize::new(0);
-
     #[tokio::test]
     async fn a_request_past_its_timeout_is_cut_off_and_the_next_ones_get_their_whole_timeout() {
         // A 200 ms timeout; the first answer takes 600 ms, the fifth 120 ms, the rest
         // come at once. The connection's one timer must start afresh for each request:
         // a deadline left over from an earlier request would cut the fifth one short.
-        let mut target = serve_target(|| {
-            Box::pin(async {
-                let delay = match BEGUN.fetch_add(1, Ordering::SeqCst) {
-                    0 => 600,
-                    4 => 120,
-                    _ => 0,
-                };
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                false
-            })
-        })
-        .await;
+        let mut target = serve_delaying(&[(0, 600), (4, 120)]).await;
         target.timeout = Duration::from_millis(200);
         let summary = run_closed_loop(target, 1, 1.0).await;
         let timed_out = summary.outcomes.get(&Outcome::Timeout).copied();
@@ -938,25 +951,11 @@ mod tests {
         assert!(summary.latency_ms.max < 500.0, "{:?}", summary.latency_ms);
     }
 
-    /// Requests the server of the timer test has begun to answer.
-    static ASKED: AtomicUsize = AtomicUsize::new(0);
-
     #[tokio::test]
     async fn a_timer_set_for_an_earlier_request_neither_cuts_a_request_short_nor_lets_it_overrun() {
         // A connection's one timer is left set for an earlier request's deadline. The
         // second answer takes 600 ms, the third 5 s.
-        let target = serve_target(|| {
-            Box::pin(async {
-                let delay = match ASKED.fetch_add(1, Ordering::SeqCst) {
-                    1 => 600,
-                    2 => 5000,
-                    _ => 0,
-                };
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                false
-            })
-        })
-        .await;
+        let target = serve_delaying(&[(1, 600), (2, 5000)]).await;
         let mut connection = target.connection();
         async fn get(
             connection: &mut crate::connection::UserConnection,
