@@ -19,6 +19,8 @@ use opentelemetry::Context;
 use service_kit::client::{CallOutcome, TracedClient};
 use service_kit::Telemetry;
 
+mod common;
+
 #[derive(serde::Deserialize)]
 struct Echo {
     id: u32,
@@ -45,27 +47,15 @@ async fn slow_echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
             Body::from_stream(chunks)
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let service = hyper_util::service::TowerToHyperService::new(app.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
+    common::serve_counting(move |stream| {
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
         }
-    });
-    (addr, accepted)
+    })
+    .await
 }
 
 /// Polls `call` until it has been pending `times` times, then drops it; `true` if it

@@ -13,6 +13,8 @@ use opentelemetry_sdk::trace::InMemorySpanExporter;
 use service_kit::client::{CallOutcome, TracedClient};
 use service_kit::Telemetry;
 
+mod common;
+
 /// A server that answers `/echo-traceparent` with the `traceparent` it received, `/big`
 /// with 4 KiB and `/slow` after 2 s.
 async fn server() -> std::net::SocketAddr {
@@ -153,32 +155,21 @@ async fn timeouts_refusals_and_oversized_answers_are_told_apart() {
 
 #[tokio::test]
 async fn a_connection_the_server_closed_while_idle_does_not_fail_the_next_call() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     // A server that closes a kept-alive connection after 50 ms without a request, as
     // nginx's `keepalive_timeout` does; the calls come 150 ms apart.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut request = [0u8; 4096];
-                let idle = Duration::from_millis(50);
-                while let Ok(Ok(n)) = tokio::time::timeout(idle, stream.read(&mut request)).await {
-                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if n == 0 || stream.write_all(answer).await.is_err() {
-                        break;
-                    }
-                }
-            });
+    let (addr, accepted) = common::serve_counting(|mut stream| async move {
+        let mut request = [0u8; 4096];
+        let idle = Duration::from_millis(50);
+        while let Ok(Ok(n)) = tokio::time::timeout(idle, stream.read(&mut request)).await {
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            if n == 0 || stream.write_all(answer).await.is_err() {
+                break;
+            }
         }
-    });
+    })
+    .await;
     let telemetry = Telemetry::with_exporter("caller", InMemorySpanExporter::default());
     let client = TracedClient::new(telemetry, 4, 1024);
     for call in 0..3 {
