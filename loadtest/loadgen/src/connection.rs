@@ -121,9 +121,9 @@ pub struct UserConnection {
 /// One timer for a connection's requests, set lazily: a request whose deadline is later
 /// than the timer's (every request but a run's last few) leaves it as it is; when it
 /// fires before the request's deadline, it is set to that deadline and waited on again.
-/// It fires at most once a timeout, where setting it for each request (an atomic update
-/// of the timer's deadline in Tokio) and polling it with the request's task cost ~3 % of
-/// the generator's throughput against an instant endpoint.
+/// It fires at most once a timeout. Set for each request (an atomic update of its
+/// deadline in Tokio) and polled once with the request's task, it took 0.4k of the
+/// generator's 18.1k instructions a request against an instant endpoint.
 struct RequestTimer {
     sleep: Pin<Box<Sleep>>,
     /// The waker it was last polled with, which it wakes when it fires: polling a Tokio
