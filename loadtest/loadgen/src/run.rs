@@ -728,16 +728,15 @@ mod tests {
         run(target, profile, false, "test").await
     }
 
-    /// One request at a time, each answered after 300 ms.
-    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
     #[tokio::test]
     async fn open_loop_latency_counts_from_the_intended_start() {
         // A server that answers after 300 ms, one request at a time: later requests of a
         // 20/s schedule queue behind it, and their latency must include that wait.
-        let target = serve_target(|| {
-            Box::pin(async {
-                let _serial = SERIAL.lock().await;
+        let serial = Arc::new(tokio::sync::Mutex::new(()));
+        let target = serve_target(move || {
+            let serial = serial.clone();
+            Box::pin(async move {
+                let _serial = serial.lock().await;
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 false
             })
@@ -896,19 +895,20 @@ mod tests {
         assert!(made <= 15, "{made} connections");
     }
 
-    /// Requests being answered now, and the most at once (one test uses them).
-    static ANSWERING: AtomicUsize = AtomicUsize::new(0);
-    static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
-
     #[tokio::test]
     async fn beyond_max_in_flight_the_open_loop_drops_requests_instead_of_queueing_them() {
         // 200 ms per answer and two in flight: about 10 of the 50 requests a second go.
-        let target = serve_target(|| {
-            Box::pin(async {
-                let now = ANSWERING.fetch_add(1, Ordering::SeqCst) + 1;
-                MOST_AT_ONCE.fetch_max(now, Ordering::SeqCst);
+        // The server counts the requests it is answering, and the most at once.
+        let answering = Arc::new(AtomicUsize::new(0));
+        let most_at_once = Arc::new(AtomicUsize::new(0));
+        let most = most_at_once.clone();
+        let target = serve_target(move || {
+            let (answering, most) = (answering.clone(), most.clone());
+            Box::pin(async move {
+                let now = answering.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                ANSWERING.fetch_sub(1, Ordering::SeqCst);
+                answering.fetch_sub(1, Ordering::SeqCst);
                 false
             })
         })
@@ -928,7 +928,7 @@ mod tests {
             "{summary:?}"
         );
         assert_eq!(dropped, 50 - summary.successful_requests);
-        assert_eq!(MOST_AT_ONCE.load(Ordering::SeqCst), 2);
+        assert_eq!(most_at_once.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
