@@ -21,7 +21,9 @@ pub struct RunArgs {
     /// Gateway base URL.
     #[arg(long, default_value_t = Service::Gateway.default_url())]
     pub target: url::Url,
-    /// Path to request, with `?ownerId&year&month` added (a backend's route works too).
+    /// Path to request, with `?ownerId&year&month` of a random owner-month added (a
+    /// backend's route works too). A path with a query of its own is sent as given, the
+    /// same URI every request (one hot key; or like for like with `wrk`).
     #[arg(long, default_value = dronelab_contract::routes::INVOICES)]
     pub path: String,
     #[arg(long, value_enum, default_value = "step")]
@@ -109,16 +111,6 @@ impl RunArgs {
 pub async fn run(args: RunArgs) -> Result<(), String> {
     let profile = args.profile()?;
     args.criteria.check_for_run()?;
-    let requests = OwnerMonths::new(
-        args.path.clone(),
-        DataSet {
-            seed: 0,
-            owners: args.owners,
-            months: args.months,
-            drones_per_owner: 1,
-        },
-        args.popularity,
-    )?;
     let timeout = Duration::from_secs(args.timeout);
     if timeout.is_zero() || timeout > loadgen::run::MAX_TIMEOUT {
         return Err(format!(
@@ -127,9 +119,23 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
             loadgen::run::MAX_TIMEOUT.as_secs()
         ));
     }
-    let target = Target::new(args.target.clone(), requests, timeout)
-        .map_err(|why| format!("--target {why}"))?
-        .counting_partial(Invoice::PARTIAL_MARKER);
+    let target = if args.path.contains('?') {
+        Target::new(args.target.clone(), fixed_uri(&args.path)?, timeout)
+    } else {
+        let requests = OwnerMonths::new(
+            args.path.clone(),
+            DataSet {
+                seed: 0,
+                owners: args.owners,
+                months: args.months,
+                drones_per_owner: 1,
+            },
+            args.popularity,
+        )?;
+        Target::new(args.target.clone(), requests, timeout)
+    }
+    .map_err(|why| format!("--target {why}"))?
+    .counting_partial(Invoice::PARTIAL_MARKER);
     target
         .check_reachable()
         .await
@@ -160,6 +166,17 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         &[("run", Figures::of_load(&summary))],
         stdout_taken,
     )
+}
+
+/// `--path` with a query of its own: one origin-form URI, sent as given.
+fn fixed_uri(path: &str) -> Result<http::Uri, String> {
+    let uri = http::Uri::try_from(path).map_err(|e| format!("--path {path}: {e}"))?;
+    if uri.scheme().is_some() || !path.starts_with('/') {
+        return Err(format!(
+            "--path {path}: give a path and query starting with `/`; the server goes in --target"
+        ));
+    }
+    Ok(uri)
 }
 
 /// The start, saying on stderr when it is late (a pod's log shows it).
