@@ -31,7 +31,7 @@ const BASE_LABEL: &str = "org.opencontainers.image.title=dronelab-runtime-base";
 pub enum ImageError {
     #[error("{0}")]
     Io(String),
-    #[error("binary {0} not found (build with `cargo build --release --locked`)")]
+    #[error("binary {0} not found (build with `cargo build --profile dist --locked`)")]
     MissingBinary(String),
     #[error(transparent)]
     Podman(#[from] PodmanError),

@@ -21,7 +21,7 @@ enum Command {
     Check,
     /// Build the dronelab image from binaries built on this machine.
     Images {
-        /// Where the release binaries are.
+        /// Where the binaries are (default: the `dist` profile's, as the image builds them).
         #[arg(long)]
         binaries: Option<PathBuf>,
     },
@@ -76,7 +76,7 @@ async fn main() -> ExitCode {
         Command::Check => check(),
         Command::Images { binaries } => {
             let lab = Lab::new("dronelab");
-            let dir = binaries.unwrap_or_else(proof::release_dir);
+            let dir = binaries.unwrap_or_else(proof::image_binaries_dir);
             image::build(&lab, &dir, contract::VERSION)
                 .await
                 .map(|built| {

@@ -1,7 +1,7 @@
 //! The proof that the manifests run: everything a cluster would do with the local
 //! overlays that can be done here, in order, each step checked.
 //!
-//! 1. build the release binaries and the image (`image`);
+//! 1. build the binaries as the `Dockerfile` does (profile `dist`) and the image (`image`);
 //! 2. run `overlays/local/<first stage>` as containers (`podman`);
 //! 3. readiness and liveness: the backends are alive but not ready while their Cosmos
 //!    containers do not exist; the emulator, the viewer and the gateway are ready;
@@ -31,7 +31,7 @@ use crate::{contract, image, render};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProofArgs {
-    /// Use the release binaries in this directory instead of building them.
+    /// Use the binaries in this directory instead of building them (profile `dist`).
     #[arg(long)]
     pub binaries: Option<PathBuf>,
     /// Owners in the seeded data set (`loadtest tune --owners`).
@@ -62,12 +62,16 @@ pub const EXPECTED_VERDICTS: [FindingKind; 4] = [
     FindingKind::NoCosmosBottleneck,
 ];
 
-/// `$CARGO_TARGET_DIR/release`, else the workspace's `target/release`.
-pub fn release_dir() -> PathBuf {
+/// The profile the `Dockerfile` builds the image's binaries with (release with thin LTO).
+pub const IMAGE_PROFILE: &str = "dist";
+
+/// Where cargo puts the image profile's binaries: `$CARGO_TARGET_DIR/dist`, else the
+/// workspace's `target/dist`.
+pub fn image_binaries_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::repo_root().join("target"))
-        .join("release")
+        .join(IMAGE_PROFILE)
 }
 
 fn step(text: &str) {
@@ -154,14 +158,14 @@ pub async fn run(args: ProofArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The release binaries (built unless `--binaries` names them) and the image from them.
+/// The image's binaries (built unless `--binaries` names them) and the image from them.
 async fn build_image(args: &ProofArgs, lab: &Lab) -> Result<(PathBuf, Built), String> {
     let binaries = match &args.binaries {
         Some(dir) => dir.clone(),
         None => {
-            step("building the release binaries");
+            step("building the binaries (profile dist)");
             build_binaries().await?;
-            release_dir()
+            image_binaries_dir()
         }
     };
     step("building the image from them");
@@ -259,7 +263,7 @@ async fn build_binaries() -> Result<(), String> {
         tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command
         .current_dir(crate::repo_root())
-        .args(["build", "--release", "--locked"]);
+        .args(["build", "--profile", IMAGE_PROFILE, "--locked"]);
     for binary in image::BINARIES {
         command.args(["--bin", binary]);
     }
