@@ -23,7 +23,8 @@ pub struct RunArgs {
     pub target: url::Url,
     /// Path to request, with `?ownerId&year&month` of a random owner-month added (a
     /// backend's route works too). A path with a query of its own is sent as given, the
-    /// same URI every request (one hot key; or like for like with `wrk`).
+    /// same URI every request (one hot key; or like for like with `wrk`), and
+    /// `--owners`, `--months` and `--popularity` do not apply.
     #[arg(long, default_value = dronelab_contract::routes::INVOICES)]
     pub path: String,
     #[arg(long, value_enum, default_value = "step")]
