@@ -403,7 +403,7 @@ impl Driver {
         let mut timer = PaceTimer::new(if precise { Pace::Precise } else { Pace::Coarse });
         let mut progress = tokio::time::interval(Duration::from_millis(250));
         let mut next_lane_at = self.started;
-        let mut busy = BusyShare::new(tokio::runtime::Handle::current().metrics());
+        let mut busy = BusyShare::new(&tokio::runtime::Handle::current());
         loop {
             let now = Instant::now();
             let (_, Some(next)) = lanes.hand_over(now, false) else {
