@@ -38,8 +38,8 @@ const LANE_GROWTH_INTERVAL: Duration = Duration::from_millis(1);
 /// even when the lanes keep up.
 const LANE_WAIT: Duration = Duration::from_millis(1);
 
-/// ... and only while the generator's runtime is busy for less than this share of its
-/// workers' time: beyond it, requests wait for the generator, not for a connection, and
+/// ... and only while the generator is on the CPU for less than this share of its time
+/// ([`BusyShare`]): beyond it, requests wait for the generator, not for a connection, and
 /// another lane only adds one more to poll.
 const LANE_BUSY_SHARE: f64 = 0.9;
 
@@ -385,11 +385,11 @@ impl Driver {
     /// requests leave on time, not at the timer's next millisecond tick
     /// ([`Lanes::take`]). Lanes are added while more requests are in
     /// flight than there are lanes, at most one per [`LANE_GROWTH_INTERVAL`], and only
-    /// once a request has waited [`LANE_WAIT`] for one while the generator's runtime has
-    /// time to spare ([`LANE_BUSY_SHARE`]). Near the generator's own limit, requests wait
-    /// for its CPU, not for a connection: lanes added then (up to 1,000 at 100k/s against an
-    /// instant endpoint) took 11–13 µs of CPU a request instead of 9 and made it drop
-    /// up to a fifth of the requests, where the gated growth stops near 150. A stall of
+    /// once a request has waited [`LANE_WAIT`] for one while the generator has CPU time
+    /// to spare ([`LANE_BUSY_SHARE`]). Near the generator's own limit, requests wait for
+    /// its CPU, not for a connection: lanes added then (up to 1,000 at 100k/s against an
+    /// instant endpoint) took 11–13 µs of CPU a request instead of 9 and made it drop up
+    /// to a fifth of the requests; at 146k/s the gated growth stops near 20–30. A stall of
     /// the machine hands over many requests at once, which the existing lanes send in
     /// a moment against a fast target; a lane per request made hundreds of connections
     /// that stayed and slowed every later request (1,000 connections answered 30 %
@@ -889,8 +889,8 @@ mod tests {
         let summary = run_open_loop(target, 2000.0, 0.2, 1000).await;
         spinner.abort();
         assert_eq!(summary.requests, 400, "{summary:?}");
-        // Lanes may come while the first window of the runtime's busy time is measured
-        // (10 ms), none after; growing with the requests waiting made dozens.
+        // Lanes may come while the first windows of the thread's CPU time are measured
+        // (10 ms each), none after; growing with the requests waiting made dozens.
         let made = connections.load(Ordering::SeqCst);
         assert!(made <= 15, "{made} connections");
     }
