@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::runtime::{Handle, RuntimeFlavor, RuntimeMetrics};
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// The share is recomputed once a window has passed: a CPU clock advances in steps of
 /// the scheduler's tick or a thread's slice, so shorter windows would be mostly noise.
@@ -33,10 +33,7 @@ pub struct BusyShare {
 impl BusyShare {
     /// For the runtime `handle` is of; called on one of its threads.
     pub fn new(handle: &Handle) -> Self {
-        let meter = CpuMeter {
-            metrics: handle.metrics(),
-            current_thread: handle.runtime_flavor() == RuntimeFlavor::CurrentThread,
-        };
+        let meter = CpuMeter::new(handle);
         Self {
             spent_since: meter.spent(),
             meter,
@@ -58,7 +55,7 @@ impl BusyShare {
         if elapsed >= WINDOW {
             let spent = self.meter.spent();
             let busy = spent.saturating_sub(self.spent_since).as_secs_f64();
-            let window = (busy / (elapsed.as_secs_f64() * self.meter.cores())).min(1.0);
+            let window = (busy / (elapsed.as_secs_f64() * self.meter.cores)).min(1.0);
             self.share = window.max(self.last_window);
             self.last_window = window;
             self.since = now;
@@ -72,19 +69,32 @@ impl BusyShare {
 /// caller's, and not, in a test binary, the other tests' threads), or else the process.
 #[derive(Debug)]
 struct CpuMeter {
-    metrics: RuntimeMetrics,
     current_thread: bool,
+    /// How many cores' time [`CpuMeter::spent`] is a share of.
+    cores: f64,
+    #[cfg(not(target_os = "linux"))]
+    metrics: tokio::runtime::RuntimeMetrics,
 }
 
 impl CpuMeter {
-    /// How many cores' time [`CpuMeter::spent`] is a share of: the runtime's workers, or
-    /// the cores the process may run on if fewer (`taskset -c 1` with two workers is one).
-    fn cores(&self) -> f64 {
-        if self.current_thread {
-            return 1.0;
+    /// The cores are counted once: the runtime's workers, or the cores the process may
+    /// run on if fewer (`taskset -c 1` with two workers is one). Counting them reads the
+    /// affinity mask and the cgroup's CPU quota, too much to do every window.
+    fn new(handle: &Handle) -> Self {
+        let metrics = handle.metrics();
+        let current_thread = handle.runtime_flavor() == RuntimeFlavor::CurrentThread;
+        let cores = if current_thread {
+            1
+        } else {
+            let allowed = std::thread::available_parallelism().map_or(usize::MAX, usize::from);
+            metrics.num_workers().min(allowed).max(1)
+        };
+        Self {
+            current_thread,
+            cores: cores as f64,
+            #[cfg(not(target_os = "linux"))]
+            metrics,
         }
-        let allowed = std::thread::available_parallelism().map_or(usize::MAX, usize::from);
-        self.metrics.num_workers().min(allowed).max(1) as f64
     }
 
     /// The CPU time used so far, in user and kernel mode.
