@@ -9,6 +9,7 @@
 //! that it is longer than 127 bytes. The output is byte for byte what the exporter crate
 //! sends (fields in tag order, defaults left out), which the tests check.
 
+use std::borrow::Borrow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceState};
@@ -16,14 +17,47 @@ use opentelemetry::{Array, InstrumentationScope, StringValue, Value};
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 
+/// The bytes of a gRPC message (its five-byte prefix: not compressed, and the length)
+/// that is an [`export_request`]: written in one buffer, which the exporter sends as it is.
+pub(crate) fn grpc_export_message<S: Borrow<SpanData>>(
+    resource: &Resource,
+    spans: &[S],
+) -> Vec<u8> {
+    let mut message = Writer(Vec::with_capacity(
+        GRPC_PREFIX
+            + 256
+            + spans
+                .iter()
+                .map(|span| room_for(span.borrow()))
+                .sum::<usize>(),
+    ));
+    message.0.extend_from_slice(&[0; GRPC_PREFIX]);
+    export_request_into(&mut message, resource, spans);
+    let length = u32::try_from(message.0.len() - GRPC_PREFIX).unwrap_or(u32::MAX);
+    message.0[1..GRPC_PREFIX].copy_from_slice(&length.to_be_bytes());
+    message.0
+}
+
+/// A gRPC message's prefix: a compression flag and a four-byte length.
+const GRPC_PREFIX: usize = 5;
+
 /// `ExportTraceServiceRequest` with one `ResourceSpans` of `resource` holding `spans`,
 /// grouped by instrumentation scope in the order the scopes first appear.
-pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8> {
+#[cfg(test)]
+fn export_request<S: Borrow<SpanData>>(resource: &Resource, spans: &[S]) -> Vec<u8> {
+    let mut out = Writer(Vec::new());
+    export_request_into(&mut out, resource, spans);
+    out.0
+}
+
+/// [`export_request`] appended to `out`. The spans may be boxed, as the batch
+/// processor's queue holds them.
+fn export_request_into<S: Borrow<SpanData>>(out: &mut Writer, resource: &Resource, spans: &[S]) {
     let mut scopes: Vec<&InstrumentationScope> = Vec::new();
     let scope_of: Vec<usize> = spans
         .iter()
         .map(|span| {
-            let scope = &span.instrumentation_scope;
+            let scope = &span.borrow().instrumentation_scope;
             scopes
                 .iter()
                 .position(|s| same_scope(s, scope))
@@ -33,9 +67,6 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
                 })
         })
         .collect();
-    let mut out = Writer(Vec::with_capacity(
-        256 + spans.iter().map(room_for).sum::<usize>(),
-    ));
     // A batch is 16 KiB to 2 MiB, its length three bytes: with them set aside, the
     // batch is not moved to make room for its length (twice, with its scope's).
     out.message_with_room(1, 3, |out| {
@@ -56,14 +87,13 @@ pub(crate) fn export_request(resource: &Resource, spans: &[SpanData]) -> Vec<u8>
                 let in_scope = spans.iter().zip(&scope_of).filter(|(_, s)| **s == index);
                 for (span, _) in in_scope {
                     // A span is 128 bytes to 16 KiB, its length two bytes.
-                    out.message_with_room(2, 2, |out| span_message(out, span));
+                    out.message_with_room(2, 2, |out| span_message(out, span.borrow()));
                 }
                 out.string(3, scope.schema_url().unwrap_or_default());
             });
         }
         out.string(3, resource.schema_url().unwrap_or_default());
     });
-    out.0
 }
 
 /// Whether two spans' scopes are the same. The same scope's copies list their attributes
@@ -525,6 +555,18 @@ mod tests {
     }
 
     #[test]
+    fn the_grpc_message_is_the_request_behind_its_prefix() {
+        let resource = resource();
+        let spans: Vec<Box<SpanData>> = spans().into_iter().map(Box::new).collect();
+        let message = grpc_export_message(&resource, &spans);
+        let request = export_request(&resource, &spans);
+        assert_eq!(message[0], 0, "not compressed");
+        let length = u32::from_be_bytes([message[1], message[2], message[3], message[4]]);
+        assert_eq!(length as usize, request.len());
+        assert_eq!(&message[GRPC_PREFIX..], request.as_slice());
+    }
+
+    #[test]
     fn scopes_are_the_same_whatever_the_order_of_their_attributes() {
         let scope = |attributes: [(&'static str, i64); 2]| {
             InstrumentationScope::builder("s")
@@ -566,7 +608,7 @@ mod tests {
             reference(&resource, many.clone())
         );
         assert_eq!(
-            export_request(&resource, &[]),
+            export_request::<SpanData>(&resource, &[]),
             reference(&resource, Vec::new())
         );
     }

@@ -130,6 +130,36 @@ impl BatchSettings {
     }
 }
 
+/// What the export thread hands its batches to: the spans as the queue holds them, boxed.
+/// Every SDK exporter is one (its batch is unboxed for it); the OTLP/gRPC exporter reads
+/// the spans where they lie, which saves moving each out of its box into the batch (~350
+/// bytes a span, a tenth of the export thread's instructions).
+pub trait BatchExporter: Send + 'static {
+    fn export_boxed(
+        &self,
+        batch: Vec<Box<SpanData>>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send;
+    fn shutdown(&mut self) -> OTelSdkResult;
+    fn set_resource(&mut self, resource: &Resource);
+}
+
+impl<E: SpanExporter + 'static> BatchExporter for E {
+    fn export_boxed(
+        &self,
+        batch: Vec<Box<SpanData>>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        self.export(batch.into_iter().map(|span| *span).collect())
+    }
+
+    fn shutdown(&mut self) -> OTelSdkResult {
+        SpanExporter::shutdown(self)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        SpanExporter::set_resource(self, resource);
+    }
+}
+
 /// What the export thread is asked besides spans.
 enum Control {
     Resource(Resource),
@@ -159,11 +189,7 @@ pub struct CountingBatchProcessor {
 impl CountingBatchProcessor {
     /// Starts the export thread. Must run where `exporter` can export from a plain
     /// thread (the OTLP/HTTP exporter's blocking client can, as can the in-memory one).
-    pub fn new<E: SpanExporter + 'static>(
-        exporter: E,
-        settings: BatchSettings,
-        counts: SpanCounts,
-    ) -> Self {
+    pub fn new<E: BatchExporter>(exporter: E, settings: BatchSettings, counts: SpanCounts) -> Self {
         let exported = counts.clone();
         Self::start(settings, counts, move |queue| {
             export_loop(exporter, Executor::Plain, queue, settings, exported)
@@ -181,7 +207,7 @@ impl CountingBatchProcessor {
         counts: SpanCounts,
     ) -> Result<Self, X>
     where
-        E: SpanExporter + 'static,
+        E: BatchExporter,
         X: From<std::io::Error> + Send + 'static,
         F: FnOnce() -> Result<E, X> + Send + 'static,
     {
@@ -350,7 +376,11 @@ struct ExportThread<E> {
     exporter: E,
     executor: Executor,
     queue: ExportQueue,
-    batch: Vec<SpanData>,
+    #[expect(
+        clippy::vec_box,
+        reason = "the spans stay in the boxes they were queued in"
+    )]
+    batch: Vec<Box<SpanData>>,
     settings: BatchSettings,
     counts: SpanCounts,
     /// Spans lost since exports began to fail, while they fail.
@@ -359,7 +389,7 @@ struct ExportThread<E> {
 
 /// The export thread: batches leave at the batch size or the schedule's delay; control
 /// messages are served each time it wakes.
-fn export_loop<E: SpanExporter>(
+fn export_loop<E: BatchExporter>(
     exporter: E,
     executor: Executor,
     queue: ExportQueue,
@@ -405,7 +435,7 @@ fn export_loop<E: SpanExporter>(
     }
 }
 
-impl<E: SpanExporter> ExportThread<E> {
+impl<E: BatchExporter> ExportThread<E> {
     /// Takes every queued span, exporting each full batch; the last, partial one stays
     /// in the batch. The result is that of the exports.
     fn take_all(&mut self) -> (Taken, OTelSdkResult) {
@@ -435,7 +465,7 @@ impl<E: SpanExporter> ExportThread<E> {
         let fresh = Vec::with_capacity(self.batch.capacity());
         let spans = std::mem::replace(&mut self.batch, fresh);
         let size = spans.len() as u64;
-        let result = self.executor.run(self.exporter.export(spans));
+        let result = self.executor.run(self.exporter.export_boxed(spans));
         match &result {
             Ok(()) => {
                 self.counts.exported.inc_by(size);
@@ -464,10 +494,18 @@ impl<E: SpanExporter> ExportThread<E> {
 }
 
 /// Moves queued spans into `batch` until it holds `max` or the queue is empty.
-fn take_queued(queue: &Receiver<Box<SpanData>>, batch: &mut Vec<SpanData>, max: usize) -> Taken {
+#[expect(
+    clippy::vec_box,
+    reason = "the spans stay in the boxes they were queued in"
+)]
+fn take_queued(
+    queue: &Receiver<Box<SpanData>>,
+    batch: &mut Vec<Box<SpanData>>,
+    max: usize,
+) -> Taken {
     while batch.len() < max {
         match queue.try_recv() {
-            Ok(span) => batch.push(*span),
+            Ok(span) => batch.push(span),
             Err(TryRecvError::Empty) => return Taken::QueueEmpty,
             Err(TryRecvError::Disconnected) => return Taken::Closed,
         }
