@@ -46,11 +46,29 @@ pub struct TracedClient {
 }
 
 /// The `server.address` and `server.port` attributes of the authorities (`host[:port]`) a
-/// client calls or a server is called by, made once for each: parsing the authority and
-/// copying the host into a new string for every call cost ~350 instructions, a cached
-/// copy's clone (its host shared) ~50.
+/// client calls or a server is called by, described once for each: parsing the authority
+/// and copying the host into a new string for every call cost ~350 instructions. The
+/// host is kept for the life of the process ([`kept_host`]), so that each span's copy is
+/// a pointer: shared as an `Arc<str>`, it was counted up at every call and down again on
+/// the export thread, and cloning the cached attributes cost ~240 instructions a call.
 #[derive(Debug, Default)]
-pub(crate) struct ServerAttributes(Mutex<Vec<(Box<str>, Vec<KeyValue>)>>);
+pub(crate) struct ServerAttributes(Mutex<Vec<(Box<str>, Described)>>);
+
+/// An authority's host (kept, or shared once none can be) and port.
+#[derive(Debug)]
+struct Described {
+    host: StringValue,
+    port: Option<u16>,
+}
+
+impl Described {
+    fn add(&self, attributes: &mut Vec<KeyValue>) {
+        attributes.push(KeyValue::new(attribute::SERVER_ADDRESS, self.host.clone()));
+        if let Some(port) = self.port {
+            attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
+        }
+    }
+}
 
 impl ServerAttributes {
     /// Authorities beyond this many are described at every call: a server's are its
@@ -64,17 +82,42 @@ impl ServerAttributes {
         // Compared as written: `Authority`'s own equality ignores case, letter by letter.
         let known = cached.iter().find(|(a, _)| **a == *authority);
         if let Some((_, described)) = known {
-            attributes.extend_from_slice(described);
+            described.add(attributes);
             return;
         }
-        let mut described = Vec::with_capacity(2);
-        server_attributes(authority, &mut described);
-        attributes.extend_from_slice(&described);
+        let (host, port) = host_and_port(authority);
+        let host = match kept_host(host) {
+            Some(kept) => StringValue::from(kept),
+            None => StringValue::from(Arc::<str>::from(host)),
+        };
+        let described = Described { host, port };
+        described.add(attributes);
         if cached.len() < Self::CACHED {
             cached.push((authority.into(), described));
         }
     }
 }
+
+/// `host` kept for the life of the process, the same copy for every caller; `None` once
+/// [`KEPT_HOSTS`] are kept, or for a host longer than a DNS name can be. That bounds what
+/// is kept to 16 KiB, whatever `Host` headers a server's callers send.
+fn kept_host(host: &str) -> Option<&'static str> {
+    static KEPT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    const LONGEST: usize = 255;
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = kept.iter().find(|k| **k == host) {
+        return Some(known);
+    }
+    if kept.len() >= KEPT_HOSTS || host.len() > LONGEST {
+        return None;
+    }
+    let host: &'static str = Box::leak(host.into());
+    kept.push(host);
+    Some(host)
+}
+
+/// How many hosts [`kept_host`] keeps in a process.
+const KEPT_HOSTS: usize = 64;
 
 /// What came back from a backend: status and body, or why nothing came back.
 #[derive(Debug)]
@@ -349,20 +392,6 @@ fn full_url(uri: &Uri) -> String {
     text
 }
 
-/// `server.address` and `server.port` (when it has one) of an authority, `host[:port]`:
-/// a client span's target, or a server span's `Host`. The host is shared, so that a
-/// client's cached copy ([`ServerAttributes`]) is cloned without copying it.
-pub(crate) fn server_attributes(authority: &str, attributes: &mut Vec<KeyValue>) {
-    let (host, port) = host_and_port(authority);
-    attributes.push(KeyValue::new(
-        attribute::SERVER_ADDRESS,
-        StringValue::from(Arc::<str>::from(host)),
-    ));
-    if let Some(port) = port {
-        attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
-    }
-}
-
 /// An authority's host (an IPv6 one in brackets) and port, as `Uri::host` and
 /// `Uri::port_u16` give them. Those parse the authority again at each call: ~700
 /// instructions together for a backend's short authority, three times this.
@@ -403,6 +432,20 @@ mod tests {
     use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 
     use super::*;
+
+    /// `server.address` and `server.port` (when it has one) of an authority, `host[:port]`:
+    /// a client span's target, or a server span's `Host`, made afresh: what
+    /// [`ServerAttributes`] must give.
+    fn server_attributes(authority: &str, attributes: &mut Vec<KeyValue>) {
+        let (host, port) = host_and_port(authority);
+        attributes.push(KeyValue::new(
+            attribute::SERVER_ADDRESS,
+            StringValue::from(Arc::<str>::from(host)),
+        ));
+        if let Some(port) = port {
+            attributes.push(KeyValue::new(attribute::SERVER_PORT, i64::from(port)));
+        }
+    }
 
     /// The invoice's future holds three calls, and axum moves it into the heap whole:
     /// each call's future was 4,128 bytes before its connection was boxed and its
@@ -525,6 +568,37 @@ mod tests {
         }
         let cached = servers.0.lock().expect("cache").len();
         assert_eq!(cached, 4, "one entry an origin as written");
+    }
+
+    #[test]
+    fn hosts_are_kept_once_each_and_no_more_than_the_bound() {
+        let first = kept_host("kept-once.example").expect("kept");
+        let again = kept_host("kept-once.example").expect("kept");
+        assert!(std::ptr::eq(first, again), "the same copy");
+        assert_eq!(kept_host(&"x".repeat(256)), None, "longer than a DNS name");
+        // Other tests keep hosts too: fill whatever room is left, then one more.
+        let mut refused = 0;
+        for n in 0..=KEPT_HOSTS {
+            if kept_host(&format!("host-{n}.example")).is_none() {
+                refused += 1;
+            }
+        }
+        assert!(refused >= 1, "the bound holds");
+        assert_eq!(
+            kept_host("kept-once.example"),
+            Some(first),
+            "a kept host stays"
+        );
+        // A host that can no longer be kept is still described, and cached.
+        let servers = ServerAttributes::default();
+        let mut expected = Vec::new();
+        server_attributes("unkept.example:81", &mut expected);
+        for _ in 0..2 {
+            let mut described = Vec::new();
+            servers.add("unkept.example:81", &mut described);
+            assert_eq!(described, expected);
+        }
+        assert_eq!(servers.0.lock().expect("cache").len(), 1);
     }
 
     #[test]
