@@ -203,25 +203,27 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &W3cTraceparent)
     }
 }
 
-/// The request's server span, made through the OpenTelemetry API with the HTTP server
-/// conventions' attributes, as a child of the caller's W3C context; with tracing off, an
+/// The request's server span, with the HTTP server conventions' attributes, as a child of
+/// the caller's W3C context: started as the tracer would ([`ContextSpan`]), or by the
+/// tracer itself where it makes no span (telemetry suppressed). With tracing off, an
 /// empty context.
+///
+/// [`ContextSpan`]: crate::leaf_span::ContextSpan
 fn start_server_span(
     instrumentation: &Instrumentation,
     request: &Request,
     route: &ServedRoute,
 ) -> Context {
     let telemetry = &instrumentation.telemetry;
-    let Some(tracer) = telemetry.sdk_tracer() else {
+    let (Some(tracer), Some(spans)) = (telemetry.sdk_tracer(), telemetry.leaf_spans()) else {
         return Context::new();
     };
     let parent = telemetry.extract(request.headers());
-    let span = tracer
-        .span_builder(route.span_name)
-        .with_kind(SpanKind::Server)
-        .with_attributes(request_attributes(&instrumentation.hosts, request, route))
-        .start_with_context(tracer, &parent);
-    parent.with_span(span)
+    let attributes = request_attributes(&instrumentation.hosts, request, route);
+    match spans.start_context_span(&parent, route.span_name, SpanKind::Server, attributes) {
+        Some(span) => parent.with_span(span),
+        None => parent.with_span(tracer.start_with_context(route.span_name, &parent)),
+    }
 }
 
 /// The OpenTelemetry HTTP server conventions' attributes of a request.

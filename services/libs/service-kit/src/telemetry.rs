@@ -22,7 +22,7 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 use tonic::metadata::MetadataMap;
 
-use crate::leaf_span::{LeafSpans, SharedProcessor};
+use crate::leaf_span::{LeafSpans, SharedProcessor, SharedSampler};
 use crate::otlp_grpc::{export_headers, GrpcSpanExporter};
 use crate::request_scope::RequestRegistry;
 use crate::span_batch::{BatchSettings, CountingBatchProcessor, SpanCounts};
@@ -290,14 +290,27 @@ impl Telemetry {
         spans: SpanCounts,
         dispatch: tracing::Dispatch,
     ) -> Self {
+        // The sampler and span limits the SDK reads from the environment
+        // (`OTEL_TRACES_SAMPLER`, `OTEL_SPAN_*_LIMIT`), given to the provider and kept for
+        // the spans this crate starts itself, which must decide as its tracer would.
+        let config = opentelemetry_sdk::trace::Config::default();
+        let sampler = SharedSampler(Arc::from(config.sampler));
+        let limits = config.span_limits;
         let provider = SdkTracerProvider::builder()
             .with_resource(resource)
             .with_span_processor(processor.clone())
+            .with_sampler(sampler.clone())
+            .with_span_limits(limits)
             .build();
         // The scope `provider.tracer` gives its tracer.
         let scope = InstrumentationScope::builder(scope_name).build();
         let tracer = provider.tracer_with_scope(scope.clone());
-        let leaves = LeafSpans { processor, scope };
+        let leaves = LeafSpans {
+            processor,
+            scope,
+            sampler,
+            limits,
+        };
         Self {
             tracer: Arc::new(BoxedTracer::new(Box::new(tracer.clone()))),
             sdk: Some(Sdk {
