@@ -86,13 +86,16 @@ impl ServerAttributes {
             return;
         }
         let (host, port) = host_and_port(authority);
-        let host = match kept_host(host) {
+        // Only a host that is cached is kept: past the cache's bound, a request does not
+        // take the process-wide lock of the kept hosts.
+        let caching = cached.len() < Self::CACHED;
+        let host = match caching.then(|| kept_host(host)).flatten() {
             Some(kept) => StringValue::from(kept),
             None => StringValue::from(Arc::<str>::from(host)),
         };
         let described = Described { host, port };
         described.add(attributes);
-        if cached.len() < Self::CACHED {
+        if caching {
             cached.push((authority.into(), described));
         }
     }

@@ -93,24 +93,9 @@ impl<'a> LeafSpan<'a> {
             false,
             parent_context.trace_state().clone(),
         );
-        let start_time = opentelemetry::time::now();
-        let data = SpanData {
-            span_context: context,
-            parent_span_id: parent_context.span_id(),
-            parent_span_is_remote: parent_context.is_remote(),
-            span_kind: kind,
-            name: name.into(),
-            start_time,
-            end_time: start_time,
-            attributes,
-            dropped_attributes_count: 0,
-            events: Default::default(),
-            links: Default::default(),
-            status: Status::Unset,
-            instrumentation_scope: spans.scope.clone(),
-        };
+        let data = spans.span_data(context, Some(parent_context), name, kind, attributes, 0);
         Ok(Self {
-            data: Some(Box::new(data)),
+            data: Some(data),
             spans,
         })
     }
@@ -192,25 +177,9 @@ impl LeafSpans {
         let context = SpanContext::new(trace_id, span_id, flags, false, sampled.trace_state);
         let data = (sampled.decision != SamplingDecision::Drop).then(|| {
             attributes.extend(sampled.attributes);
-            let limit = self.limits.max_attributes_per_span as usize;
-            let dropped = attributes.len().saturating_sub(limit);
-            attributes.truncate(limit);
-            let start_time = opentelemetry::time::now();
-            Box::new(SpanData {
-                span_context: context.clone(),
-                parent_span_id: parent_context.map_or(SpanId::INVALID, |c| c.span_id()),
-                parent_span_is_remote: parent_context.is_some_and(|c| c.is_remote()),
-                span_kind: kind,
-                name: name.into(),
-                start_time,
-                end_time: start_time,
-                attributes,
-                dropped_attributes_count: dropped as u32,
-                events: Default::default(),
-                links: Default::default(),
-                status: Status::Unset,
-                instrumentation_scope: self.scope.clone(),
-            })
+            let dropped = keep_within(&mut attributes, self.limits.max_attributes_per_span);
+            let context = context.clone();
+            self.span_data(context, parent_context, name, kind, attributes, dropped)
         });
         Some(ContextSpan {
             context,
@@ -219,6 +188,43 @@ impl LeafSpans {
             limits: self.limits,
         })
     }
+
+    /// The data of a span of `context` starting now, a child of `parent` (`None` for a
+    /// root), in this service's scope.
+    fn span_data(
+        &self,
+        context: SpanContext,
+        parent: Option<&SpanContext>,
+        name: &'static str,
+        kind: SpanKind,
+        attributes: Vec<KeyValue>,
+        dropped_attributes_count: u32,
+    ) -> Box<SpanData> {
+        let start_time = opentelemetry::time::now();
+        Box::new(SpanData {
+            span_context: context,
+            parent_span_id: parent.map_or(SpanId::INVALID, SpanContext::span_id),
+            parent_span_is_remote: parent.is_some_and(SpanContext::is_remote),
+            span_kind: kind,
+            name: name.into(),
+            start_time,
+            end_time: start_time,
+            attributes,
+            dropped_attributes_count,
+            events: Default::default(),
+            links: Default::default(),
+            status: Status::Unset,
+            instrumentation_scope: self.scope.clone(),
+        })
+    }
+}
+
+/// Keeps the first `limit` of `attributes`, as the SDK's span limits do; how many it
+/// dropped.
+fn keep_within(attributes: &mut Vec<KeyValue>, limit: u32) -> u32 {
+    let dropped = attributes.len().saturating_sub(limit as usize);
+    attributes.truncate(limit as usize);
+    dropped as u32
 }
 
 impl opentelemetry::trace::Span for ContextSpan {
@@ -234,10 +240,8 @@ impl opentelemetry::trace::Span for ContextSpan {
             return;
         };
         if data.events.len() < self.limits.max_events_per_span as usize {
-            let limit = self.limits.max_attributes_per_event as usize;
-            let dropped = attributes.len().saturating_sub(limit);
-            attributes.truncate(limit);
-            let event = Event::new(name, timestamp, attributes, dropped as u32);
+            let dropped = keep_within(&mut attributes, self.limits.max_attributes_per_event);
+            let event = Event::new(name, timestamp, attributes, dropped);
             data.events.events.push(event);
         } else {
             data.events.dropped_count += 1;
@@ -286,12 +290,9 @@ impl opentelemetry::trace::Span for ContextSpan {
             return;
         };
         if data.links.links.len() < self.limits.max_links_per_span as usize {
-            let limit = self.limits.max_attributes_per_link as usize;
-            let dropped = attributes.len().saturating_sub(limit);
-            attributes.truncate(limit);
-            data.links
-                .links
-                .push(Link::new(span_context, attributes, dropped as u32));
+            let dropped = keep_within(&mut attributes, self.limits.max_attributes_per_link);
+            let link = Link::new(span_context, attributes, dropped);
+            data.links.links.push(link);
         } else {
             data.links.dropped_count += 1;
         }

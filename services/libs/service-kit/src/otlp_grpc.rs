@@ -30,7 +30,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 pub(crate) struct GrpcSpanExporter {
     channel: Channel,
     timeout: Duration,
-    headers: MetadataMap,
+    /// Every export request's headers, made once: the export headers and gRPC's own.
+    headers: http::HeaderMap,
     resource: Resource,
 }
 
@@ -51,6 +52,14 @@ impl GrpcSpanExporter {
             .map_err(|e| format!("{endpoint:?} is not an OTLP endpoint URL: {e}"))?
             .connect_timeout(timeout)
             .connect_lazy();
+        // gRPC's own headers win over export headers of the same name, as in tonic's client.
+        let mut headers = headers.into_headers();
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(GRPC_TIMEOUT, grpc_timeout(timeout));
         Ok(Self {
             channel,
             timeout,
@@ -75,14 +84,7 @@ impl GrpcSpanExporter {
         *call.method_mut() = http::Method::POST;
         *call.uri_mut() = http::Uri::from_static(EXPORT_PATH);
         *call.version_mut() = http::Version::HTTP_2;
-        *call.headers_mut() = self.headers.clone().into_headers();
-        let headers = call.headers_mut();
-        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        headers.insert(GRPC_TIMEOUT, grpc_timeout(self.timeout));
+        *call.headers_mut() = self.headers.clone();
         let answer = channel
             .call(call)
             .await
