@@ -16,20 +16,20 @@ use axum::Router;
 use dronelab_contract::routes;
 use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
-use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
-use opentelemetry::{Context, KeyValue, StringValue};
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags};
+use opentelemetry::Context;
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 use tracing::instrument::WithSubscriber as _;
+use tracing::{Instrument as _, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::client::ServerAttributes;
+use crate::client::server_address;
 use crate::metrics::{method_label, HttpServerMetrics, MetricsRegistry, RouteSeries};
 use crate::problem::Problem;
-use crate::request_scope;
-use crate::telemetry::Telemetry;
-use crate::traceparent::W3cTraceparent;
+use crate::telemetry::{Telemetry, SPAN_TARGET};
 
 /// Tracing and metrics of one service.
 #[derive(Clone)]
@@ -37,8 +37,6 @@ pub struct Instrumentation {
     pub telemetry: Telemetry,
     pub metrics: MetricsRegistry,
     routes: Arc<ServedRoutes>,
-    /// The `server.address`/`server.port` of the `Host`s requests name.
-    hosts: Arc<ServerAttributes>,
 }
 
 impl Instrumentation {
@@ -53,7 +51,6 @@ impl Instrumentation {
             telemetry,
             metrics,
             routes: Arc::new(routes),
-            hosts: Arc::default(),
         }
     }
 }
@@ -189,70 +186,55 @@ pub fn standard(
         )
 }
 
-/// Named once: a name given as text is parsed again at every insert (~550 instructions).
+/// Named once: a name given as text is parsed again at every insert.
 const TRACERESPONSE: HeaderName = HeaderName::from_static("traceresponse");
 const X_TRACE_ID: HeaderName = HeaderName::from_static("x-trace-id");
 
 /// `traceresponse` (W3C) and `x-trace-id`, so a caller can find the request's trace.
-fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &W3cTraceparent) {
-    if let Ok(v) = HeaderValue::from_bytes(span.as_bytes()) {
+fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
+    let trace_id = span.trace_id().to_string();
+    let traceresponse = format!(
+        "00-{trace_id}-{}-{:02x}",
+        span.span_id(),
+        (span.trace_flags() & TraceFlags::SAMPLED).to_u8()
+    );
+    if let Ok(v) = HeaderValue::from_str(&traceresponse) {
         headers.insert(TRACERESPONSE, v);
     }
-    if let Ok(v) = HeaderValue::from_str(span.trace_id()) {
+    if let Ok(v) = HeaderValue::from_str(&trace_id) {
         headers.insert(X_TRACE_ID, v);
     }
 }
 
-/// The request's server span, with the HTTP server conventions' attributes, as a child of
-/// the caller's W3C context: started as the tracer would ([`ContextSpan`]), or by the
-/// tracer itself where it makes no span (telemetry suppressed). With tracing off, an
-/// empty context.
-///
-/// [`ContextSpan`]: crate::leaf_span::ContextSpan
-fn start_server_span(
-    instrumentation: &Instrumentation,
-    request: &Request,
-    route: &ServedRoute,
-) -> Context {
+/// The request's server span: a `tracing` span, which `tracing-opentelemetry` makes an
+/// OpenTelemetry server span named `{method} {route}` with the HTTP server conventions'
+/// attributes, as a child of the caller's W3C context. Its `trace_id` and `span_id`
+/// fields, recorded once it has started, are what every log line inside shows.
+fn request_span(instrumentation: &Instrumentation, request: &Request, route: &ServedRoute) -> Span {
+    let span = tracing::info_span!(
+        target: SPAN_TARGET,
+        "request",
+        otel.name = route.span_name,
+        otel.kind = "server",
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
     let telemetry = &instrumentation.telemetry;
-    let (Some(tracer), Some(spans)) = (telemetry.sdk_tracer(), telemetry.leaf_spans()) else {
-        return Context::new();
-    };
-    let parent = telemetry.extract(request.headers());
-    let attributes = request_attributes(&instrumentation.hosts, request, route);
-    match spans.start_context_span(&parent, route.span_name, SpanKind::Server, attributes) {
-        Some(span) => parent.with_span(span),
-        None => parent.with_span(tracer.start_with_context(route.span_name, &parent)),
+    if !telemetry.enabled() {
+        return span;
     }
-}
-
-/// The OpenTelemetry HTTP server conventions' attributes of a request.
-fn request_attributes(
-    hosts: &ServerAttributes,
-    request: &Request,
-    route: &ServedRoute,
-) -> Vec<KeyValue> {
-    // Six here, room for what a handler adds (the gateway: four) and the status code:
-    // the span keeps this vector, and a full one would be copied into a larger one.
-    let mut attributes = Vec::with_capacity(12);
+    // Only fails for a span no layer records (tracing off).
+    let _ = span.set_parent(telemetry.extract(request.headers()));
     let path = request.uri().path();
-    // A route without parameters is its own path: shared, not copied.
-    let path = if path == route.route {
-        StringValue::from(route.route)
-    } else {
-        StringValue::from(path.to_owned())
-    };
-    attributes.extend([
-        KeyValue::new(attribute::HTTP_REQUEST_METHOD, route.method),
-        KeyValue::new(attribute::HTTP_ROUTE, route.route),
-        KeyValue::new(attribute::URL_PATH, path),
-        KeyValue::new(attribute::URL_SCHEME, "http"),
-    ]);
+    span.set_attribute(attribute::HTTP_REQUEST_METHOD, route.method);
+    span.set_attribute(attribute::HTTP_ROUTE, route.route);
+    span.set_attribute(attribute::URL_PATH, path.to_owned());
+    span.set_attribute(attribute::URL_SCHEME, "http");
     if route.method == "_OTHER" {
-        attributes.push(KeyValue::new(
+        span.set_attribute(
             attribute::HTTP_REQUEST_METHOD_ORIGINAL,
             request.method().as_str().to_owned(),
-        ));
+        );
     }
     let host = request
         .headers()
@@ -260,9 +242,11 @@ fn request_attributes(
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
     if let Some(host) = host {
-        hosts.add(host, &mut attributes);
+        for attribute in server_address(host) {
+            span.set_attribute(attribute.key, attribute.value);
+        }
     }
-    attributes
+    span
 }
 
 /// Serves each request in its server span (W3C context in, trace id out in
@@ -283,9 +267,7 @@ async fn observe(
         .await
 }
 
-/// [`observe`] of a traced route, run under the service's `tracing` dispatch: its log
-/// lines go there without setting the dispatch again for each. A traced request is served
-/// in its [`request_scope`], where they find its ids.
+/// [`observe`] of a traced route, run under the service's `tracing` dispatch.
 async fn observe_under_dispatch(
     instrumentation: Arc<Instrumentation>,
     mut request: Request,
@@ -296,49 +278,48 @@ async fn observe_under_dispatch(
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let served = instrumentation.routes.get(method, route);
-    let cx = start_server_span(&instrumentation, &request, &served);
+    let span = request_span(&instrumentation, &request, &served);
+    // Starts the OpenTelemetry span: its ids are known from here on.
+    let cx = span.context();
     let ids = {
-        let span = cx.span();
-        let context = span.span_context();
-        context.is_valid().then(|| W3cTraceparent::of(context))
+        let context = cx.span().span_context().clone();
+        context.is_valid().then_some(context)
     };
-    request.extensions_mut().insert(RequestContext(cx.clone()));
-    let answer = async {
-        let series = &served.series;
-        series.active.inc();
-        let mut response = next.run(request).await;
-        series.active.dec();
-
-        let status = response.status();
-        let server_span = cx.span();
-        if let Some(ids) = &ids {
-            server_span.set_attribute(KeyValue::new(
-                attribute::HTTP_RESPONSE_STATUS_CODE,
-                i64::from(status.as_u16()),
-            ));
-            if status.is_server_error() {
-                server_span.set_status(opentelemetry::trace::Status::error(status.to_string()));
-            }
-            add_trace_headers(response.headers_mut(), ids);
-        }
-        let elapsed = started.elapsed();
-        series.answered(status.as_u16(), elapsed.as_secs_f64());
-        tracing::debug!(
-            status = status.as_u16(),
-            elapsed_ms = elapsed.as_millis() as u64,
-            "answered"
-        );
-        // After the last log line, which joins the span as an event.
-        server_span.end();
-        response
-    };
-    // Untraced, there are no ids for the log lines to show.
-    if ids.is_some() {
-        let dispatch = instrumentation.telemetry.dispatch().clone();
-        request_scope::in_request(cx.clone(), dispatch, answer).await
-    } else {
-        answer.await
+    if let Some(ids) = &ids {
+        span.record("trace_id", tracing::field::display(ids.trace_id()));
+        span.record("span_id", tracing::field::display(ids.span_id()));
     }
+    request.extensions_mut().insert(RequestContext(cx));
+    let answer = {
+        let span = span.clone();
+        async move {
+            let series = &served.series;
+            series.active.inc();
+            let mut response = next.run(request).await;
+            series.active.dec();
+
+            let status = response.status();
+            if let Some(ids) = &ids {
+                span.set_attribute(
+                    attribute::HTTP_RESPONSE_STATUS_CODE,
+                    i64::from(status.as_u16()),
+                );
+                if status.is_server_error() {
+                    span.set_status(opentelemetry::trace::Status::error(status.to_string()));
+                }
+                add_trace_headers(response.headers_mut(), ids);
+            }
+            let elapsed = started.elapsed();
+            series.answered(status.as_u16(), elapsed.as_secs_f64());
+            tracing::debug!(
+                status = status.as_u16(),
+                elapsed_ms = elapsed.as_millis() as u64,
+                "answered"
+            );
+            response
+        }
+    };
+    answer.instrument(span).await
 }
 
 /// Serves `app` within the connection limits every dronelab server keeps

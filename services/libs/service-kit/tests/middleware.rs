@@ -38,6 +38,14 @@ fn app(limits: Limits, ready: bool) -> App {
         )
         .route("/echo", post(|body: String| async move { body }))
         .route(
+            "/logged",
+            get(|| async {
+                tracing::warn!(owner = "o00042", "looked the owner up");
+                tracing::debug!("below the span events' level");
+                "logged"
+            }),
+        )
+        .route(
             "/slow",
             get(|| async {
                 tokio::time::sleep(Duration::from_secs(5)).await;
@@ -346,4 +354,34 @@ async fn health_is_unconditional_and_readiness_says_why_not() {
     let (status, _, body) = send(&unready.router, get_request("/readyz")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("the database does not answer"), "{body}");
+}
+
+#[tokio::test]
+async fn a_log_line_in_a_request_is_an_event_of_its_server_span() {
+    let app = app(Limits::default(), true);
+    let (status, headers, _) = send(&app.router, get_request("/logged")).await;
+    assert_eq!(status, StatusCode::OK);
+    let spans = server_spans(&app.spans);
+    let [span] = spans.as_slice() else {
+        panic!("one server span: {spans:?}");
+    };
+    let trace_id = span.span_context.trace_id().to_string();
+    assert_eq!(headers["x-trace-id"], trace_id.as_str());
+    let events: Vec<_> = span.events.iter().collect();
+    assert_eq!(events.len(), 1, "only the warn! line: {events:?}");
+    assert_eq!(events[0].name, "looked the owner up");
+    let field = |key: &str| {
+        events[0]
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(field("owner").as_deref(), Some("o00042"));
+    assert_eq!(field("level").as_deref(), Some("WARN"));
+    // The span's own trace id is a field of the request span, which log lines show.
+    assert_eq!(
+        attribute_of(span, "trace_id").map(ToString::to_string),
+        Some(trace_id)
+    );
 }
