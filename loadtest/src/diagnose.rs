@@ -46,15 +46,28 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), ClientError> {
         limit: args.limit,
     };
     let (diagnosis, links) = diagnose_window(&api, &window).await?;
+    let sample = sample_text(&args, diagnosis.traces);
     if args.json {
         println!(
             "{}",
-            serde_json::json!({ "diagnosis": diagnosis, "traces": links })
+            serde_json::json!({ "diagnosis": diagnosis, "traces": links, "sample": sample })
         );
     } else {
-        print!("{}{}", diagnosis.text(), links_text(&links, ""));
+        print!("{sample}\n{}{}", diagnosis.text(), links_text(&links, ""));
     }
     Ok(())
+}
+
+/// What the diagnosis read: how many traces, of which operation, from when, and that
+/// they are the requests the services chose to trace. A service sampling at a ratio
+/// (`OTEL_TRACES_SAMPLER=parentbased_traceidratio`) traces that share of its requests,
+/// so counts are of the share and a rare problem may be missing; the tuning run's local
+/// stack traces every request.
+fn sample_text(args: &DiagnoseArgs, traces: usize) -> String {
+    format!(
+        "sample: {traces} traces of {} {:?}, the newest within {} (at most {}); only the requests the services sampled (their OTEL_TRACES_SAMPLER) are traced, so at a ratio below 1 the figures are of that share",
+        args.service, args.operation, args.lookback, args.limit
+    )
 }
 
 /// One line per link.

@@ -13,4 +13,4 @@ pub mod component;
 pub mod resources;
 pub mod stack;
 
-pub use stack::{Component, Stack, StackError, PROMETHEUS_TARGETS};
+pub use stack::{Component, Stack, StackError, PROMETHEUS_TARGETS, SAMPLER};

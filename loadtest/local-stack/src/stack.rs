@@ -46,6 +46,10 @@ pub enum StackError {
 /// The file, in the logs directory, that lists the components for Prometheus.
 pub const PROMETHEUS_TARGETS: &str = "prometheus-targets.json";
 
+/// The sampler every component of the local stack runs with (`OTEL_TRACES_SAMPLER`):
+/// all of them, so the tuning run's diagnosis reads every request's trace.
+pub const SAMPLER: &str = "always_on";
+
 /// One running component.
 #[derive(Debug)]
 pub struct Component {
@@ -423,6 +427,11 @@ fn component_command(
         let value = lab.get(knob.env).unwrap_or(knob.default_value());
         command.env(knob.env, value);
     }
+    // Every request traced, whatever sampler the user's environment names: the
+    // diagnosis counts what it reads (the report says so).
+    command
+        .env("OTEL_TRACES_SAMPLER", SAMPLER)
+        .env_remove("OTEL_TRACES_SAMPLER_ARG");
     match otlp {
         Some(endpoint) => {
             command

@@ -46,6 +46,9 @@ impl Report {
             describe_load(&self.load),
             self.markdown_table()
         );
+        if !self.sampling.is_empty() {
+            let _ = writeln!(out, "Traces: {}.\n", self.sampling);
+        }
         out.push_str(&self.lab_markdown());
         out.push_str(&self.spread_markdown());
         out.push_str(&self.capacity_markdown());

@@ -176,6 +176,9 @@ pub struct Report {
     pub emulator_model: EmulatorModel,
     pub duration_secs: f64,
     pub machine: Machine,
+    /// Which requests the services traced: the diagnosis reads only those.
+    #[serde(default)]
+    pub sampling: String,
     pub stages: Vec<StageReport>,
 }
 
@@ -206,6 +209,7 @@ impl Report {
                     .unwrap_or(1),
                 os: std::env::consts::OS.to_owned(),
             },
+            sampling: String::new(),
             stages,
         }
     }

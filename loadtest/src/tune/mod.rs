@@ -276,7 +276,7 @@ impl Run<'_> {
                 reports.push(report);
             }
         }
-        let report = Report::new(
+        let mut report = Report::new(
             self.id,
             self.args.profile,
             profile,
@@ -284,6 +284,7 @@ impl Run<'_> {
             reports,
             self.started.elapsed(),
         );
+        report.sampling = environment.reach().sampling.clone();
         report.write(&self.dir, &self.args.reports)?;
         println!("{}", report.markdown_table());
         for section in [

@@ -66,6 +66,10 @@ impl LocalStack {
             .into_iter()
             .filter_map(|s| Some((s.name().to_owned(), stack.url(s.name())?.clone())))
             .collect(),
+            sampling: format!(
+                "every request traced (the local stack runs each service with OTEL_TRACES_SAMPLER={}): the diagnosis reads every trace",
+                local_stack::SAMPLER
+            ),
         };
         Ok(Self {
             stack,

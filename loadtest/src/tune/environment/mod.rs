@@ -36,6 +36,8 @@ pub struct Reach {
     pub utilization: Option<url::Url>,
     /// The services whose span counters (`/metrics`) say whether their spans arrived.
     pub spans: super::spans::SpanSources,
+    /// Which requests the services trace, as the report states it.
+    pub sampling: String,
 }
 
 /// One stage's load: the profile, at the target, labelled for progress.
@@ -130,5 +132,6 @@ async fn reach_existing(gateway: url::Url, args: &TuneArgs) -> Result<Reach, Tun
         .collect(),
         utilization: args.utilization_url.clone(),
         gateway,
+        sampling: "as the target's services sample (their OTEL_TRACES_SAMPLER; dronelab's services trace every request unless told otherwise): at a ratio below 1 the diagnosis reads that share of the requests".to_owned(),
     })
 }

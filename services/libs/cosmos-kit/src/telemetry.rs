@@ -1,11 +1,16 @@
 //! Cosmos operations observed: a span per operation, a client span per HTTP attempt
 //! placed at its real start and end, and the metrics of both.
 //!
-//! The SDK retries 429s itself and emits no spans we can parent. After each call its
-//! diagnostics list every HTTP attempt with status, sub-status, charge, session token
-//! (whose prefix is the partition key range id) and start/end instants; [`CosmosSpan`]
-//! replays those attempts as child spans, so a 429 and the wait before its retry show as
-//! the gap they are.
+//! The SDK retries 429s itself. Its own OpenTelemetry instrumentation (the
+//! `unstable_opentelemetry` feature, and `azure_core_opentelemetry`) is built on
+//! `opentelemetry` 0.32, a second copy beside the 0.33 the services export with, and
+//! its spans are per operation, not per attempt. What it does give is diagnostics: after
+//! each call they list every HTTP attempt with status, sub-status, charge, session token
+//! (whose prefix is the partition key range id) and start/end instants. [`CosmosSpan`]
+//! replays those attempts as child spans through the OpenTelemetry API, on the
+//! service's own tracer provider (the one `tracing-opentelemetry` bridges to) and with
+//! the attempts' own start and end times, which a `tracing` span cannot be given, so a
+//! 429 and the wait before its retry show as the gap they are.
 
 use std::collections::HashMap;
 use std::sync::Arc;
