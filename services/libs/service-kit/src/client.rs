@@ -17,9 +17,9 @@ use axum::http::{HeaderValue, Request, Uri};
 use bytes::Bytes;
 use futures::future::{Either, FutureExt as _};
 use http_body_util::{BodyExt as _, Empty, Limited};
-use opentelemetry::trace::Status;
+use opentelemetry::trace::{Status, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue};
-use tracing::{Instrument as _, Span};
+use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use dronelab_contract::telemetry::attribute;
@@ -196,20 +196,19 @@ impl TracedClient {
         uri: Uri,
         timeout: Duration,
     ) -> impl Future<Output = CallOutcome> + Send + '_ {
-        let span = self.call_span(parent, span_name, &uri);
+        let (span, cx) = self.call_span(parent, span_name, &uri);
         let mut request = Request::get(uri);
         if let Some(headers) = request.headers_mut() {
             // The call's own context; untraced, the caller's, passed on as received.
-            let cx = match self.telemetry.enabled() {
-                true => span.context(),
-                false => parent.clone(),
-            };
-            self.telemetry.inject(&cx, headers);
+            self.telemetry
+                .inject(cx.as_ref().unwrap_or(parent), headers);
         }
         let exchange = request
             .body(Empty::new())
             .map_err(|e| CallOutcome::Failed(e.to_string()))
             .and_then(HttpClient::prepare);
+        // Combinators, not an `async` block: a block would hold the exchange's future
+        // twice, as captured and as awaited.
         let outcome = match exchange {
             Ok((origin, request)) => Either::Left(
                 tokio::time::timeout(timeout, self.http.exchange(origin, request))
@@ -217,42 +216,60 @@ impl TracedClient {
             ),
             Err(failed) => Either::Right(std::future::ready(failed)),
         };
-        let ended = span.clone();
-        outcome
-            .map(move |outcome| {
-                record_outcome(&ended, &outcome);
-                outcome
-            })
-            .instrument(span)
+        // The span is not entered around the exchange, which logs nothing: entering it at
+        // every poll would cost more than the rest of the span. It ends when the outcome
+        // is recorded, or when the call is dropped.
+        outcome.map(move |outcome| {
+            if let Some(cx) = &cx {
+                record_outcome(cx, &outcome);
+            }
+            drop(span);
+            outcome
+        })
     }
 
     /// The client span of `GET uri`: a `tracing` span of this client's service, whose
-    /// OpenTelemetry parent is `parent`, with the HTTP client conventions' attributes.
-    fn call_span(&self, parent: &Context, name: &'static str, uri: &Uri) -> Span {
+    /// OpenTelemetry parent is `parent`, started, with the HTTP client conventions'
+    /// attributes when it records; and its OpenTelemetry context, with tracing on.
+    fn call_span(
+        &self,
+        parent: &Context,
+        name: &'static str,
+        uri: &Uri,
+    ) -> (Span, Option<Context>) {
         let telemetry = &self.telemetry;
         let span = tracing::dispatcher::with_default(
             telemetry.dispatch(),
-            || tracing::info_span!(target: SPAN_TARGET, "call", otel.name = name, otel.kind = "client"),
+            || tracing::debug_span!(target: SPAN_TARGET, "call", otel.name = name, otel.kind = "client"),
         );
         if !telemetry.enabled() {
-            return span;
+            return (span, None);
         }
         let _ = span.set_parent(parent.clone());
-        span.set_attribute(attribute::HTTP_REQUEST_METHOD, "GET");
-        span.set_attribute(attribute::URL_FULL, uri.to_string());
-        if let Some(authority) = uri.authority() {
-            for attribute in server_address(authority.as_str()) {
-                span.set_attribute(attribute.key, attribute.value);
+        let cx = span.context();
+        let recorded = cx.span();
+        if recorded.is_recording() {
+            let mut attributes = vec![
+                KeyValue::new(attribute::HTTP_REQUEST_METHOD, "GET"),
+                KeyValue::new(attribute::URL_FULL, uri.to_string()),
+            ];
+            if let Some(authority) = uri.authority() {
+                attributes.extend(server_address(authority.as_str()));
             }
+            recorded.set_attributes(attributes);
         }
-        span
+        (span, Some(cx))
     }
 }
 
 /// Records a call's outcome on its span ([`described`]).
-fn record_outcome(span: &Span, outcome: &CallOutcome) {
+fn record_outcome(cx: &Context, outcome: &CallOutcome) {
+    let span = cx.span();
+    if !span.is_recording() {
+        return;
+    }
     let (attribute, status) = described(outcome);
-    span.set_attribute(attribute.key, attribute.value);
+    span.set_attribute(attribute);
     if let Some(status) = status {
         span.set_status(status);
     }

@@ -17,7 +17,7 @@ use dronelab_contract::routes;
 use dronelab_contract::telemetry::{attribute, server_span};
 use futures::future::BoxFuture;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags};
-use opentelemetry::Context;
+use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -207,10 +207,14 @@ fn add_trace_headers(headers: &mut axum::http::HeaderMap, span: &SpanContext) {
 }
 
 /// The request's server span: a `tracing` span, which `tracing-opentelemetry` makes an
-/// OpenTelemetry server span named `{method} {route}` with the HTTP server conventions'
-/// attributes, as a child of the caller's W3C context. Its `trace_id` and `span_id`
-/// fields, recorded once it has started, are what every log line inside shows.
-fn request_span(instrumentation: &Instrumentation, request: &Request, route: &ServedRoute) -> Span {
+/// OpenTelemetry server span named `{method} {route}`, a child of the caller's W3C
+/// context. It starts here, so the sampler has decided by the time it is returned with
+/// its context.
+fn request_span(
+    instrumentation: &Instrumentation,
+    request: &Request,
+    route: &ServedRoute,
+) -> (Span, Context) {
     let span = tracing::info_span!(
         target: SPAN_TARGET,
         "request",
@@ -221,20 +225,38 @@ fn request_span(instrumentation: &Instrumentation, request: &Request, route: &Se
     );
     let telemetry = &instrumentation.telemetry;
     if !telemetry.enabled() {
-        return span;
+        return (span, Context::new());
     }
     // Only fails for a span no layer records (tracing off).
     let _ = span.set_parent(telemetry.extract(request.headers()));
-    let path = request.uri().path();
-    span.set_attribute(attribute::HTTP_REQUEST_METHOD, route.method);
-    span.set_attribute(attribute::HTTP_ROUTE, route.route);
-    span.set_attribute(attribute::URL_PATH, path.to_owned());
-    span.set_attribute(attribute::URL_SCHEME, "http");
+    let cx = span.context();
+    let recorded = cx.span();
+    if recorded.is_recording() {
+        // The HTTP server conventions' attributes, in one call on the OpenTelemetry
+        // span itself (through the `tracing` span, each would look the span up again);
+        // and the ids as the `tracing` span's fields, which its log lines show. A
+        // request the sampler left out has no trace to show.
+        recorded.set_attributes(request_attributes(request, route));
+        let ids = recorded.span_context();
+        span.record("trace_id", tracing::field::display(ids.trace_id()));
+        span.record("span_id", tracing::field::display(ids.span_id()));
+    }
+    (span, cx)
+}
+
+/// The OpenTelemetry HTTP server conventions' attributes of a request.
+fn request_attributes(request: &Request, route: &ServedRoute) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new(attribute::HTTP_REQUEST_METHOD, route.method),
+        KeyValue::new(attribute::HTTP_ROUTE, route.route),
+        KeyValue::new(attribute::URL_PATH, request.uri().path().to_owned()),
+        KeyValue::new(attribute::URL_SCHEME, "http"),
+    ];
     if route.method == "_OTHER" {
-        span.set_attribute(
+        attributes.push(KeyValue::new(
             attribute::HTTP_REQUEST_METHOD_ORIGINAL,
             request.method().as_str().to_owned(),
-        );
+        ));
     }
     let host = request
         .headers()
@@ -242,11 +264,9 @@ fn request_span(instrumentation: &Instrumentation, request: &Request, route: &Se
         .and_then(|h| h.to_str().ok())
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
     if let Some(host) = host {
-        for attribute in server_address(host) {
-            span.set_attribute(attribute.key, attribute.value);
-        }
+        attributes.extend(server_address(host));
     }
-    span
+    attributes
 }
 
 /// Serves each request in its server span (W3C context in, trace id out in
@@ -278,46 +298,38 @@ async fn observe_under_dispatch(
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let served = instrumentation.routes.get(method, route);
-    let span = request_span(&instrumentation, &request, &served);
-    // Starts the OpenTelemetry span: its ids are known from here on.
-    let cx = span.context();
+    let (span, cx) = request_span(&instrumentation, &request, &served);
     let ids = {
         let context = cx.span().span_context().clone();
         context.is_valid().then_some(context)
     };
-    if let Some(ids) = &ids {
-        span.record("trace_id", tracing::field::display(ids.trace_id()));
-        span.record("span_id", tracing::field::display(ids.span_id()));
-    }
-    request.extensions_mut().insert(RequestContext(cx));
-    let answer = {
-        let span = span.clone();
-        async move {
-            let series = &served.series;
-            series.active.inc();
-            let mut response = next.run(request).await;
-            series.active.dec();
+    request.extensions_mut().insert(RequestContext(cx.clone()));
+    let answer = async move {
+        let series = &served.series;
+        series.active.inc();
+        let mut response = next.run(request).await;
+        series.active.dec();
 
-            let status = response.status();
-            if let Some(ids) = &ids {
-                span.set_attribute(
-                    attribute::HTTP_RESPONSE_STATUS_CODE,
-                    i64::from(status.as_u16()),
-                );
-                if status.is_server_error() {
-                    span.set_status(opentelemetry::trace::Status::error(status.to_string()));
-                }
-                add_trace_headers(response.headers_mut(), ids);
+        let status = response.status();
+        if let Some(ids) = &ids {
+            let recorded = cx.span();
+            recorded.set_attribute(KeyValue::new(
+                attribute::HTTP_RESPONSE_STATUS_CODE,
+                i64::from(status.as_u16()),
+            ));
+            if status.is_server_error() {
+                recorded.set_status(opentelemetry::trace::Status::error(status.to_string()));
             }
-            let elapsed = started.elapsed();
-            series.answered(status.as_u16(), elapsed.as_secs_f64());
-            tracing::debug!(
-                status = status.as_u16(),
-                elapsed_ms = elapsed.as_millis() as u64,
-                "answered"
-            );
-            response
+            add_trace_headers(response.headers_mut(), ids);
         }
+        let elapsed = started.elapsed();
+        series.answered(status.as_u16(), elapsed.as_secs_f64());
+        tracing::debug!(
+            status = status.as_u16(),
+            elapsed_ms = elapsed.as_millis() as u64,
+            "answered"
+        );
+        response
     };
     answer.instrument(span).await
 }

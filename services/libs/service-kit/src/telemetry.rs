@@ -338,6 +338,10 @@ fn dispatch(
         let events = filter_fn(|metadata| metadata.is_event()).and(log_filter());
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
+            // Nothing here reads the OpenTelemetry context as the current one: each span
+            // names its parent. Attaching it at every poll of a request cost more than
+            // recording the spans.
+            .with_context_activation(false)
             // The spans' attributes are the HTTP and database conventions' alone.
             .with_location(false)
             .with_threads(false)
