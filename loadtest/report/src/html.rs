@@ -271,7 +271,7 @@ fn lab(report: &Report) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&row.stage),
             escape(row.antipattern.as_deref().unwrap_or("study")),
-            kind(row.expected),
+            escape(&row.expect),
             kind(row.named),
             if row.agrees() { "✓" } else { "✗" }
         );

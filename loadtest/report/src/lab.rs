@@ -14,7 +14,9 @@ pub struct LabRow {
     pub stage: String,
     /// The antipattern pair it belongs to (`None`: a study stage).
     pub antipattern: Option<String>,
-    /// `None` when the stage file's `expect` is not a finding kind.
+    /// The stage file's `expect`, as written.
+    pub expect: String,
+    /// `None` when the stage file's `expect` is not a finding kind (yet).
     pub expected: Option<FindingKind>,
     /// `None` when the stage has no diagnosis.
     pub named: Option<FindingKind>,
@@ -50,6 +52,7 @@ impl Report {
                 Some(LabRow {
                     stage: s.name.clone(),
                     antipattern: s.antipattern.clone(),
+                    expect: expect.to_owned(),
                     expected: FindingKind::from_name(expect),
                     named: s.named_problem(),
                 })
@@ -91,7 +94,7 @@ impl Report {
                 "| {} | {} | {} | {} | {} |",
                 row.stage,
                 row.antipattern.as_deref().unwrap_or("study"),
-                kind(row.expected),
+                row.expect,
                 kind(row.named),
                 if row.agrees() { "✓" } else { "✗" }
             );
