@@ -208,3 +208,37 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
         "the report carries the findings and the links"
     );
 }
+
+#[test]
+fn a_local_run_refuses_stages_of_two_partition_counts_before_it_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stages = dir.path().join("stages");
+    std::fs::create_dir(&stages).expect("stages dir");
+    for (name, partitions) in [("1-nine", 9), ("2-three", 3)] {
+        std::fs::write(
+            stages.join(format!("{name}.toml")),
+            format!(
+                "description = \"d\"\nprovisioned_ru_per_second = 2500\npartitions = {partitions}\nquery_parallelism = 0\nuse_partition_key = false\n"
+            ),
+        )
+        .expect("stage file");
+    }
+    let reports = dir.path().join("reports");
+    let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["tune", "--profile", "quick", "--stages"])
+        .arg(&stages)
+        .arg("--reports")
+        .arg(&reports)
+        .output()
+        .expect("loadtest runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stage 2-three asks for 3 partitions and 1-nine for 9"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("starting the local stack"),
+        "refused before anything starts: {stderr}"
+    );
+}

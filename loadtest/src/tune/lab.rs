@@ -27,7 +27,10 @@ pub fn stages(args: &TuneArgs) -> Result<Vec<Stage>, TuneError> {
         .stages
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PAIRS));
-    let mut all = stages::builtin()?;
+    let mut all = match args.no_study {
+        true => Vec::new(),
+        false => stages::builtin()?,
+    };
     for (kind, kind_dir) in pair_dirs(&dir)? {
         for mut stage in stages::from_dir(&kind_dir)? {
             stage.antipattern = Some(kind.clone());
@@ -180,13 +183,29 @@ mod tests {
     }
 
     #[test]
-    fn the_held_out_set_loads_and_expects_kinds_or_named_look_alikes() {
-        let mut a = args(&[]);
-        a.stages = Some(concat!(env!("CARGO_MANIFEST_DIR"), "/stages/heldout").into());
-        let all = stages(&a).expect("the held-out set");
-        let held_out: Vec<&Stage> = all.iter().filter(|s| s.antipattern.is_some()).collect();
+    fn the_held_out_sets_load_alone_and_expect_kinds_or_named_look_alikes() {
+        let mut held_out = Vec::new();
+        for set in ["heldout", "heldout-three-partitions"] {
+            let mut a = args(&["--no-study"]);
+            a.stages = Some(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("stages")
+                    .join(set),
+            );
+            let cases = stages(&a).expect("a held-out set");
+            assert!(
+                cases.iter().all(|s| s.antipattern.is_some()),
+                "{set}: no study stage"
+            );
+            let partitions = cases[0].config.partitions;
+            assert!(
+                cases.iter().all(|s| s.config.partitions == partitions),
+                "{set}: one partition count, as a local run needs"
+            );
+            held_out.extend(cases);
+        }
         assert!(held_out.len() >= 12, "{} held-out cases", held_out.len());
-        for stage in held_out {
+        for stage in &held_out {
             let expect = stage.expect.as_deref().unwrap_or_default();
             assert!(
                 FindingKind::from_name(expect).is_some() || UNNAMED_KINDS.contains(&expect),

@@ -42,6 +42,10 @@ pub struct TuneArgs {
     /// antipattern's (its directory, e.g. `chatty-io`) or `study` (the four stages).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// In `lab`: leave the study's four stages out and run only the directory's cases
+    /// (a held-out set, or cases with another partition count than the study's 9).
+    #[arg(long)]
+    pub no_study: bool,
     /// Run the stages N times over (all of them, then all again), to see this machine's
     /// run-to-run noise: later runs are named `<stage>~2`, `~3`… in the report, which
     /// ends with each stage's spread; `loadtest compare RUN RUN --stages
@@ -128,6 +132,13 @@ pub enum TuneError {
     Report(#[from] std::io::Error),
     #[error("no stages to run (check --only)")]
     NoStages,
+    #[error("stage {other} asks for {other_partitions} partitions and {first} for {partitions}: the local stack makes its containers once, with the first stage's partition count; run the stages of each count in a run of their own (--only, or --stages with a directory of their own)")]
+    MixedPartitions {
+        first: String,
+        partitions: u16,
+        other: String,
+        other_partitions: u16,
+    },
     #[error("the stage command for {stage} failed: {reason}")]
     StageCommand { stage: String, reason: String },
     #[cfg(feature = "cluster")]
@@ -175,6 +186,24 @@ pub async fn lab(args: TuneArgs) -> Result<PathBuf, TuneError> {
     run_stages(&args, stages).await
 }
 
+/// The local stack's containers keep the partition count they were made with, so every
+/// stage of a local run must ask for the first one's: a stage that asked for another
+/// would be measured on the wrong layout under its own label.
+fn one_partition_count(first: &Stage, stages: &[Stage]) -> Result<(), TuneError> {
+    match stages
+        .iter()
+        .find(|s| s.config.partitions != first.config.partitions)
+    {
+        Some(other) => Err(TuneError::MixedPartitions {
+            first: first.name.clone(),
+            partitions: first.config.partitions,
+            other: other.name.clone(),
+            other_partitions: other.config.partitions,
+        }),
+        None => Ok(()),
+    }
+}
+
 async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, TuneError> {
     #[cfg(not(feature = "cluster"))]
     if args.cluster {
@@ -183,6 +212,9 @@ async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, Tune
     let Some(first) = stages.first() else {
         return Err(TuneError::NoStages);
     };
+    if !args.cluster && args.target.is_none() {
+        one_partition_count(first, &stages)?;
+    }
     args.criteria
         .check_stages(stages.iter().map(|s| s.name.as_str()))
         .map_err(TuneError::Criteria)?;
