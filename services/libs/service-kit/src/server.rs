@@ -299,10 +299,6 @@ async fn observe_under_dispatch(
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let served = instrumentation.routes.get(method, route);
     let (span, cx) = request_span(&instrumentation, &request, &served);
-    let ids = {
-        let context = cx.span().span_context().clone();
-        context.is_valid().then_some(context)
-    };
     request.extensions_mut().insert(RequestContext(cx.clone()));
     let answer = async move {
         let series = &served.series;
@@ -311,8 +307,9 @@ async fn observe_under_dispatch(
         series.active.dec();
 
         let status = response.status();
-        if let Some(ids) = &ids {
-            let recorded = cx.span();
+        let recorded = cx.span();
+        let ids = recorded.span_context();
+        if ids.is_valid() {
             recorded.set_attribute(KeyValue::new(
                 attribute::HTTP_RESPONSE_STATUS_CODE,
                 i64::from(status.as_u16()),

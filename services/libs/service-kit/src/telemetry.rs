@@ -86,21 +86,16 @@ impl OtlpProtocol {
     /// variables say when it is `None`; the exporter reads the timeout and headers
     /// variables itself. The gRPC exporter's connection runs on the current Tokio runtime.
     fn exporter(self, traces_url: Option<String>) -> Result<SpanExporter, TelemetryError> {
+        /// `builder` sending to `url`, or where the environment says without one.
+        fn to<B: WithExportConfig>(builder: B, url: Option<String>) -> B {
+            match url {
+                Some(url) => builder.with_endpoint(url),
+                None => builder,
+            }
+        }
         let exporter = match self {
-            Self::Grpc => {
-                let builder = SpanExporter::builder().with_tonic();
-                match traces_url {
-                    Some(url) => builder.with_endpoint(url).build()?,
-                    None => builder.build()?,
-                }
-            }
-            Self::HttpProtobuf => {
-                let builder = SpanExporter::builder().with_http();
-                match traces_url {
-                    Some(url) => builder.with_endpoint(url).build()?,
-                    None => builder.build()?,
-                }
-            }
+            Self::Grpc => to(SpanExporter::builder().with_tonic(), traces_url).build()?,
+            Self::HttpProtobuf => to(SpanExporter::builder().with_http(), traces_url).build()?,
         };
         Ok(exporter)
     }
