@@ -45,15 +45,15 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), ClientError> {
         lookback: Some(args.lookback.clone()),
         limit: args.limit,
     };
-    let (diagnosis, links) = diagnose_window(&api, &window).await?;
-    let sample = sample_text(&args, diagnosis.traces);
+    let (mut diagnosis, links) = diagnose_window(&api, &window).await?;
+    diagnosis.sample = sample_text(&args, diagnosis.traces);
     if args.json {
         println!(
             "{}",
-            serde_json::json!({ "diagnosis": diagnosis, "traces": links, "sample": sample })
+            serde_json::json!({ "diagnosis": diagnosis, "traces": links, "sample": diagnosis.sample })
         );
     } else {
-        print!("{sample}\n{}{}", diagnosis.text(), links_text(&links, ""));
+        print!("{}{}", diagnosis.text(), links_text(&links, ""));
     }
     Ok(())
 }
@@ -65,7 +65,7 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), ClientError> {
 /// stack traces every request.
 fn sample_text(args: &DiagnoseArgs, traces: usize) -> String {
     format!(
-        "sample: {traces} traces of {} {:?}, the newest within {} (at most {}); only the requests the services sampled (their OTEL_TRACES_SAMPLER) are traced, so at a ratio below 1 the figures are of that share",
+        "{traces} traces of {} {:?}, the newest within {} (at most {}); only the requests the services sampled (their OTEL_TRACES_SAMPLER) are traced, so at a ratio below 1 the figures are of that share",
         args.service, args.operation, args.lookback, args.limit
     )
 }

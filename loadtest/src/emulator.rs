@@ -4,6 +4,7 @@
 //! then reports what the services measure and leaves the account's counters to Azure
 //! Monitor.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cosmos_emulator::ModelConfig;
@@ -19,6 +20,9 @@ pub struct EmulatorSnapshot {
     pub max_ru_per_partition_per_sec: f64,
     pub provisioned_ru_per_partition: f64,
     pub ru_last_second: Vec<f64>,
+    pub ru_by_partition: BTreeMap<String, f64>,
+    pub throttled_by_partition: BTreeMap<String, u64>,
+    pub metadata_reads: u64,
 }
 
 /// The admin routes of an emulator at a Cosmos endpoint; the ones that change it need
@@ -163,6 +167,17 @@ impl EmulatorAdmin {
                 .iter()
                 .map(|p| p.counters.ru_last_second)
                 .collect(),
+            ru_by_partition: c
+                .partitions
+                .iter()
+                .map(|p| (p.id.clone(), p.counters.ru_total))
+                .collect(),
+            throttled_by_partition: c
+                .partitions
+                .iter()
+                .map(|p| (p.id.clone(), p.counters.throttled_requests))
+                .collect(),
+            metadata_reads: c.metadata_reads,
         })
     }
 }

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client_url;
 #[cfg(feature = "cluster")]
 pub mod cluster;
+pub mod cpu_burner;
 pub mod criteria;
 pub mod diagnose;
 pub mod emulator;

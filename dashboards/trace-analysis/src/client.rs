@@ -43,6 +43,12 @@ pub struct TraceWindow {
     pub limit: u32,
 }
 
+/// Slices of a window a sample is drawn from, and the share of the window left out at
+/// its start. 600 traces (the tuning run's sample) put a share's standard error at 2
+/// points at most; ten slices of a 60-second quick stage are 5 s each.
+pub const SLICES: u64 = 10;
+pub const WARM_UP_SHARE: f64 = 0.1;
+
 /// A Jaeger API client.
 #[derive(Debug, Clone)]
 pub struct TraceApi {
@@ -124,6 +130,45 @@ impl TraceApi {
         Ok(found.data)
     }
 
+    /// The window's traces drawn across it rather than its newest: the window after its
+    /// first [`WARM_UP_SHARE`] (the load's first step, connections being opened) cut
+    /// into [`SLICES`] equal slices, the newest `limit / SLICES` of each. Without both
+    /// ends, the newest `limit`. Returns the traces and how they were drawn.
+    pub async fn sample(&self, window: &TraceWindow) -> Result<(Vec<Trace>, String), ClientError> {
+        let (Some(start), Some(end)) = (window.start_us, window.end_us) else {
+            let traces = self.traces(window).await?;
+            let how = format!("the newest {} traces", traces.len());
+            return Ok((traces, how));
+        };
+        let from = start + ((end.saturating_sub(start)) as f64 * WARM_UP_SHARE) as u64;
+        let width = end.saturating_sub(from) / SLICES;
+        let per_slice = (window.limit / SLICES as u32).max(1);
+        let mut traces: Vec<Trace> = Vec::new();
+        for i in 0..SLICES {
+            let slice = TraceWindow {
+                start_us: Some(from + i * width),
+                end_us: Some(if i + 1 == SLICES {
+                    end
+                } else {
+                    from + (i + 1) * width
+                }),
+                limit: per_slice,
+                ..window.clone()
+            };
+            for trace in self.traces(&slice).await? {
+                if !traces.iter().any(|t| t.trace_id == trace.trace_id) {
+                    traces.push(trace);
+                }
+            }
+        }
+        let how = format!(
+            "{} traces: the newest {per_slice} of each of {SLICES} equal slices of the stage after its first {:.0}%",
+            traces.len(),
+            WARM_UP_SHARE * 100.0
+        );
+        Ok((traces, how))
+    }
+
     /// One answered entry trace in the window with a throttled (429) Cosmos attempt.
     pub async fn throttled_trace(
         &self,
@@ -168,7 +213,7 @@ pub async fn diagnose_window(
     api: &TraceApi,
     window: &TraceWindow,
 ) -> Result<(Diagnosis, TraceLinks), ClientError> {
-    let traces = api.traces(window).await?;
+    let (traces, how) = api.sample(window).await?;
     let entry = entry_traces(&traces, &window.service, &window.operation);
     if entry.is_empty() {
         return Err(ClientError::NoTraces {
@@ -177,7 +222,8 @@ pub async fn diagnose_window(
             api: api.base.to_string(),
         });
     }
-    let diagnosis = diagnose(&entry, &window.service);
+    let mut diagnosis = diagnose(&entry, &window.service);
+    diagnosis.sample = format!("{how}; {} of them answered entry traces", entry.len());
     let has_429 = |t: &Trace| {
         t.spans
             .iter()

@@ -1,89 +1,22 @@
-//! Judging an entry operation's traces: what the bottleneck is, with the numbers that
-//! show it, and what to try next.
+//! Judging an entry operation's traces: the evidence they hold (and the stage's own
+//! counters and CPU measurement, when it took them), and every finding of the rules in
+//! [`crate::rules`] that holds, ordered by what to fix first, each with the numbers that
+//! show it and the next step.
 //!
-//! The rules, in order (every one that applies is reported; the first is the verdict):
-//! 0. **Retry Storm** — an outgoing call (the gateway's to a backend) is retried ≥ 0.25
-//!    times per call, ≥ half of the retries within 2 ms of the failure before them →
-//!    retry within a budget, with backoff and jitter.
-//! 1. **Noisy Neighbor** — the 429s of rule 2, at least 10 of them placed on a
-//!    partition key range, and the range with the most holds ≥ 3× the share of them
-//!    that it holds of the service's own request units: another tenant spends that
-//!    partition's budget → give the neighbour its own container and throughput (or a
-//!    partition key that spreads it); more RU/s for everyone would pay for it.
-//!    Reported instead of rule 2.
-//! 2. **Throttling** — ≥ 1 % of Cosmos attempts are 429s, or ≥ 5 % of the Cosmos
-//!    service's time goes to waiting for retries → provision more RU/s.
-//! 3. **Improper Instantiation** — ≥ 0.5 Cosmos clients built per operation inside the
-//!    request (the SDK's client-created hook marks the span that was current) → build
-//!    one client at startup and share it.
-//! 4. **Serial cross-partition fan-out** — an operation queries ≥ 2 partition key ranges
-//!    but never has more than one attempt in flight → query the partitions in parallel.
-//! 5. **Cross-partition RU cost** — an operation queries ≥ 2 ranges (in parallel or not)
-//!    → query with the partition key so one partition answers.
-//! 6. **Chatty I/O** — ≥ 3 logical Cosmos operations per operation within one
-//!    partition key range: round trips one query could combine → read with one query.
-//! 7. **No Caching** — ≥ 20 % of the requests ask again for a closed month already asked
-//!    for and are computed again → cache what can no longer change.
-//! 8. **Synchronous I/O** — a backend spends ≥ 5 ms and ≥ 3 % of its server time per
-//!    operation covered by none of its own spans: time its code neither awaited a
-//!    traced call nor handed back, the mark of a blocking call inside an async handler
-//!    (which also holds back every other request on that worker, so they start late and
-//!    their own spans stretch) → make the call asynchronous, or move it off the
-//!    runtime's workers.
-//! 9. Otherwise **no Cosmos bottleneck left** (one range, no 429s): what remains is
-//!    the round trip and the services' own work → scale out on CPU if it saturates.
+//! The evidence is behaviour, the same in a bad and in a fixed stage: time spent in
+//! polls that block a runtime worker, round trips per range reached, 429s and request
+//! units per partition key range, metadata reads per request, retries and their
+//! spacing, repeated answers computed again. No rule reads a span or event that exists
+//! only because a knob is on.
+
+use std::collections::BTreeMap;
 
 use dronelab_contract::telemetry::attribute;
 use serde::{Deserialize, Serialize};
 
 use crate::jaeger::Trace;
+use crate::rules::{self, Evidence};
 use crate::summary::{summarize, TraceSummary};
-
-/// Thresholds of the rules above.
-const THROTTLED_SHARE: f64 = 0.01;
-const RETRY_WAIT_SHARE: f64 = 0.05;
-/// Synchronous I/O: unexplained server time per operation, in ms and as a share of the
-/// backend's server time. Serialising an answer takes well under a millisecond here
-/// (0.1 ms measured in every study stage); 5 ms is a call, not code. The share is low
-/// because a held worker also stretches the other requests' spans (their futures wait
-/// for it), which dilutes its own: a 20 ms blocking write at stage 4's load measured
-/// 20.2 ms of 331 ms (6 %); the share only keeps a few milliseconds of real work in a
-/// second-long operation from counting.
-const UNEXPLAINED_MS: f64 = 5.0;
-const UNEXPLAINED_SHARE: f64 = 0.03;
-/// Retry Storm: retries per call of one outgoing call, and the share of them sent at
-/// once. The gateway's budget allows retries of 20 % of recent calls (plus 5 a second),
-/// with full-jitter backoff from 25 ms, so fewer than 10 % of its retries come within
-/// 2 ms; a storm retries every failure at once. A quarter of the calls retried rules
-/// out a rare immediate retry (a reconnect after a dropped keep-alive connection).
-const STORM_RETRIES_PER_CALL: f64 = 0.25;
-const STORM_IMMEDIATE_SHARE: f64 = 0.5;
-/// No Caching: the share of requests that repeat a closed month already asked for in the
-/// sample and were computed again. Uniform load over the study's 12,000 owner-months
-/// repeats ~1 % of 300 traces; real traffic's skew (Zipf, exponent 1) repeats over half.
-const RECOMPUTED_REPEATS: f64 = 0.2;
-/// Noisy Neighbor: the range with the most 429s holds this many times the share of
-/// them that it holds of the service's request units. 429s from the service's own demand
-/// fall where its request units go (≈ 1×); a neighbour burning one of nine partitions
-/// puts nearly all of them on a range with a ninth of the demand (≈ 9×). 3× leaves room
-/// for the sampling noise of a few dozen 429s and for a neighbour spread over up to three
-/// partitions. With one partition the rule cannot tell the two apart and stays silent.
-const NEIGHBOR_SKEW: f64 = 3.0;
-/// Fewer 429s placed on a range than this say nothing about where they fall.
-const NEIGHBOR_MIN_THROTTLES: usize = 10;
-/// An operation counts as cross-partition from this many ranges on average.
-const CROSS_PARTITION_RANGES: f64 = 1.5;
-/// Improper Instantiation: Cosmos clients built per operation. A service builds its
-/// client once at startup, outside any request (0 here); rebuilding one on a rare
-/// failure stays far below. Every other request building one is a pattern, not an
-/// accident.
-const CLIENTS_PER_REQUEST: f64 = 0.5;
-/// Chatty I/O: logical Cosmos operations per operation within one partition key
-/// range. Every study shape makes one (stage 3's per-range queries are cross-partition,
-/// judged by rules 2–3); a read after a query is two; three or more calls to one
-/// partition are what one query could return (a drone list and a read per drone is
-/// 1 + drones: 3 with the default two drones per owner).
-const CHATTY_OPERATIONS: f64 = 3.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -106,6 +39,10 @@ pub enum FindingKind {
     RetryStorm,
     /// Answers that can no longer change computed again for every request (the lab).
     NoCaching,
+    /// The service's own demand runs one partition key range out of budget.
+    HotPartition,
+    /// The machine's CPUs are saturated by work that is not the stack's.
+    BusyMachine,
 }
 
 impl FindingKind {
@@ -122,6 +59,16 @@ impl FindingKind {
         serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
     }
 
+    /// Parses a list of kinds' names separated by commas (`synchronous_io, chatty_io`);
+    /// `None` if any is not a kind, or the list is empty.
+    pub fn parse_list(names: &str) -> Option<Vec<Self>> {
+        let kinds: Option<Vec<Self>> = names
+            .split(',')
+            .map(|n| Self::from_name(n.trim()))
+            .collect();
+        kinds.filter(|k| !k.is_empty())
+    }
+
     /// What an antipattern of the lab is, in one sentence (`None` for the study's
     /// findings).
     pub fn about(self) -> Option<&'static str> {
@@ -132,6 +79,8 @@ impl FindingKind {
             Self::RetryStorm => Some("a failing call retried at once, again and again, without a budget or backoff: each retry adds load to the backend that is already failing, so it recovers later, and every caller waits for the retries"),
             Self::NoisyNeighbor => Some("another workload shares the container's throughput and spends one partition's budget: the service's requests to that partition are throttled although its own demand fits the RU/s it was given"),
             Self::ImproperInstantiation => Some("a client meant to be built once and shared is built per request: every request repeats the account and container metadata reads and opens new connections"),
+            Self::HotPartition => Some("the service's own traffic is skewed onto a few partition key values: the range that holds them runs out of its share of the RU/s while the others have room, so more RU/s for everyone buys little"),
+            Self::BusyMachine => Some("the machine is saturated by other processes: the stack waits for CPU that is not its to use, so its figures are distorted and scaling it out would not help"),
             _ => None,
         }
     }
@@ -147,6 +96,18 @@ impl Diagnosis {
                 self.cosmos.throttled_share,
             )),
             FindingKind::NoisyNeighbor => Some((
+                "others' share of the busiest range's RU",
+                self.counters
+                    .as_ref()
+                    .and_then(|k| {
+                        k.ranges(&self.cosmos)
+                            .into_iter()
+                            .map(|r| r.foreign_share)
+                            .reduce(f64::max)
+                    })
+                    .unwrap_or(0.0),
+            )),
+            FindingKind::HotPartition => Some((
                 "429 share on the hottest range / its share of own RU",
                 self.cosmos.throttle_skew,
             )),
@@ -158,25 +119,31 @@ impl Diagnosis {
                 self.repeats.recomputed_repeat_share,
             )),
             FindingKind::ImproperInstantiation => Some((
-                "Cosmos clients built per operation",
-                self.cosmos.clients_created_per_request,
+                "metadata reads per request",
+                self.counters
+                    .as_ref()
+                    .and_then(StageCounters::metadata_reads_per_request)
+                    .unwrap_or(0.0),
             )),
             FindingKind::ChattyIo => Some((
-                "Cosmos operations per operation",
-                self.cosmos.operations_per_request,
+                "round trips per request beyond one per range",
+                self.cosmos.extra_operations_per_request,
             )),
             FindingKind::SynchronousIo => Some((
-                "unexplained server ms per operation",
+                "ms per request in blocking polls",
                 self.backends
                     .iter()
-                    .map(|b| b.unexplained_ms)
+                    .map(|b| b.blocked_ms)
                     .fold(0.0, f64::max),
+            )),
+            FindingKind::BusyMachine => Some((
+                "other processes' share of the CPUs",
+                self.cpu.as_ref().map_or(0.0, CpuEvidence::rest_share),
             )),
             _ => None,
         }
     }
 }
-
 /// A component or the machine counts as CPU-bound from this share of its capacity
 /// (of one core for a single thread, of all CPUs for the machine).
 pub const CPU_LIMIT_SHARE: f64 = 0.85;
@@ -187,6 +154,12 @@ pub struct CpuEvidence {
     pub cpus: usize,
     /// Highest 5-second mean share of all CPUs busy.
     pub machine_share: f64,
+    /// Mean share of all CPUs busy over the window…
+    #[serde(default)]
+    pub machine_mean_share: f64,
+    /// …and the stack's own processes' part of it (the load generator included).
+    #[serde(default)]
+    pub own_share: f64,
     /// The component with the highest mean CPU, and that CPU in cores.
     pub busiest: String,
     pub busiest_cores: f64,
@@ -195,6 +168,107 @@ pub struct CpuEvidence {
     pub hottest_thread: Option<(String, f64)>,
     /// The load generator's name among the components.
     pub load_generator: String,
+}
+
+impl CpuEvidence {
+    /// Mean share of all CPUs busy with processes that are not the stack's.
+    pub fn rest_share(&self) -> f64 {
+        (self.machine_mean_share - self.own_share).max(0.0)
+    }
+
+    /// "the busiest component is gateway at 1.60 cores (80% of the machine's 2 CPUs)".
+    pub fn busiest_line(&self) -> String {
+        format!(
+            "the busiest component is {} at {:.2} cores ({:.0}% of the machine's {} CPUs)",
+            self.busiest,
+            self.busiest_cores,
+            self.busiest_cores / self.cpus.max(1) as f64 * 100.0,
+            self.cpus
+        )
+    }
+}
+
+/// What the stage's Cosmos counters showed over the whole stage, every client of the
+/// container counted (the emulator's per-partition counters; on Azure, the account's
+/// metrics by `PartitionKeyRangeId`), beside the diagnosed service's own figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageCounters {
+    /// How long the stage's load ran (s).
+    pub seconds: f64,
+    /// Provisioned RU/s of one partition key range (0: unlimited or unknown).
+    pub ru_budget_per_range: f64,
+    /// Request units charged by partition key range, every client.
+    pub ru_by_range: BTreeMap<String, f64>,
+    /// 429s by partition key range, every client.
+    pub throttled_by_range: BTreeMap<String, u64>,
+    /// The diagnosed service's own request units over the stage (its own metrics; 0:
+    /// not measured).
+    pub own_ru: f64,
+    /// Metadata reads (account, database, container, partition key ranges) the endpoint
+    /// answered, `None` where it does not count them.
+    #[serde(default)]
+    pub metadata_reads: Option<u64>,
+    /// Entry requests the load sent in the stage.
+    #[serde(default)]
+    pub requests: u64,
+}
+
+/// One range's consumption over the stage, split into the service's and the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeConsumption {
+    pub range: String,
+    pub ru: f64,
+    /// The service's own: its request units over the stage × its sample's share on the
+    /// range.
+    pub own_ru: f64,
+    pub foreign_share: f64,
+    /// Of the range's RU/s budget over the stage (0 without a budget).
+    pub budget_share: f64,
+    pub throttled: u64,
+}
+
+impl RangeConsumption {
+    pub fn foreign_ru(&self) -> f64 {
+        (self.ru - self.own_ru).max(0.0)
+    }
+}
+
+impl StageCounters {
+    /// Every range's consumption split into the service's and the rest; empty when the
+    /// service's own request units were not measured (nothing to split).
+    pub fn ranges(&self, c: &CosmosEvidence) -> Vec<RangeConsumption> {
+        if self.own_ru <= 0.0 {
+            return Vec::new();
+        }
+        let budget = self.ru_budget_per_range * self.seconds;
+        self.ru_by_range
+            .iter()
+            .filter(|(_, ru)| **ru > 0.0)
+            .map(|(range, &ru)| {
+                let own_ru =
+                    (self.own_ru * c.ru_share_by_range.get(range).copied().unwrap_or(0.0)).min(ru);
+                RangeConsumption {
+                    range: range.clone(),
+                    ru,
+                    own_ru,
+                    foreign_share: 1.0 - own_ru / ru,
+                    budget_share: if budget > 0.0 { ru / budget } else { 0.0 },
+                    throttled: self.throttled_by_range.get(range).copied().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// One range's consumption ([`Self::ranges`]).
+    pub fn consumption(&self, range: &str, c: &CosmosEvidence) -> Option<RangeConsumption> {
+        self.ranges(c).into_iter().find(|r| r.range == range)
+    }
+
+    /// Metadata reads per entry request, where both were counted.
+    pub fn metadata_reads_per_request(&self) -> Option<f64> {
+        let reads = self.metadata_reads?;
+        (self.requests > 0).then(|| reads as f64 / self.requests as f64)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,9 +286,10 @@ pub struct BackendShare {
     pub avg_ms: f64,
     /// Of the entry operation's mean latency.
     pub share_of_latency: f64,
-    /// Mean server time per operation covered by none of its own spans (ms).
+    /// Mean time per operation its requests' futures spent in polls that held a runtime
+    /// worker longer than [`dronelab_contract::telemetry::SLOW_POLL`] (ms).
     #[serde(default)]
-    pub unexplained_ms: f64,
+    pub blocked_ms: f64,
 }
 
 /// The Cosmos figures of the backend that talks to Cosmos the most.
@@ -237,9 +312,13 @@ pub struct CosmosEvidence {
     /// Logical Cosmos operations (a query, a point read) per entry operation.
     #[serde(default)]
     pub operations_per_request: f64,
-    /// Cosmos clients built inside the entry operation, per entry operation.
+    /// Logical operations per entry operation to a range the request had already
+    /// reached: round trips one query per range would have saved.
     #[serde(default)]
-    pub clients_created_per_request: f64,
+    pub extra_operations_per_request: f64,
+    /// The service's request units by partition key range, as shares of its total.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ru_share_by_range: BTreeMap<String, f64>,
     /// 429s placed on a partition key range (see [`crate::summary::ServiceSummary`]).
     #[serde(default)]
     pub throttles_placed: usize,
@@ -290,6 +369,9 @@ pub struct TraceLinks {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     pub traces: usize,
+    /// How the traces were drawn (e.g. "300 of 5,214 in the window, 10 slices").
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sample: String,
     pub entry_latency_avg_ms: f64,
     pub backends: Vec<BackendShare>,
     pub dominant_backend: Option<String>,
@@ -302,58 +384,50 @@ pub struct Diagnosis {
     /// Repeated requests for closed months.
     #[serde(default)]
     pub repeats: RepeatEvidence,
+    /// The stage's Cosmos counters, when it measured them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<StageCounters>,
+    /// The stage's CPU measurement, when it took one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuEvidence>,
+    /// Every finding that holds, what to fix first first.
     pub findings: Vec<Finding>,
 }
 
 impl Diagnosis {
+    /// The first finding: what to fix first.
     pub fn verdict(&self) -> Option<&Finding> {
         self.findings.first()
     }
 
-    /// Weighs the window's CPU measurement: a CPU limit becomes the verdict where the
-    /// traces show no Cosmos bottleneck (and a further finding where they do); otherwise
-    /// the "no Cosmos bottleneck" verdict says how much CPU was left.
-    pub fn weigh_cpu(&mut self, cpu: &CpuEvidence) {
-        let no_cosmos_bottleneck = self
-            .verdict()
-            .is_some_and(|f| f.kind == FindingKind::NoCosmosBottleneck);
-        let busiest = format!(
-            "the busiest component is {} at {:.2} cores ({:.0}% of the machine's {} CPUs)",
-            cpu.busiest,
-            cpu.busiest_cores,
-            cpu.busiest_cores / cpu.cpus.max(1) as f64 * 100.0,
-            cpu.cpus
-        );
-        let synchronous_io = self
-            .verdict()
-            .is_some_and(|f| f.kind == FindingKind::SynchronousIo);
-        match cpu_limit(cpu, &busiest) {
-            Some(limit) if no_cosmos_bottleneck => self.findings[0] = limit,
-            None if synchronous_io => self.findings[0].evidence.push_str(&format!(
-                "; the machine was {:.0}% busy at most: the workers wait, they do not compute",
-                cpu.machine_share * 100.0
-            )),
-            Some(limit) => self.findings.push(limit),
-            None if no_cosmos_bottleneck => {
-                let finding = &mut self.findings[0];
-                finding.evidence.push_str(&format!(
-                    "; CPU is not the limit: {busiest}, the machine {:.0}% busy at most{}",
-                    cpu.machine_share * 100.0,
-                    cpu.hottest_thread
-                        .as_ref()
-                        .map(|(c, cores)| format!(
-                            ", the hottest thread ({c}) at {:.0}% of a core",
-                            cores * 100.0
-                        ))
-                        .unwrap_or_default()
-                ));
-                finding.next_step = format!(
-                    "nothing here is saturated: add users until a limit shows (then scale out {} first, it uses the most CPU); the rest of the latency is the database round trip",
-                    cpu.busiest
-                );
-            }
-            None => {}
+    /// The evidence the rules read.
+    pub fn evidence(&self) -> Evidence<'_> {
+        Evidence {
+            latency_us: self.entry_latency_avg_ms * 1e3,
+            backends: &self.backends,
+            cosmos: &self.cosmos,
+            retries: &self.retries,
+            repeats: &self.repeats,
+            counters: self.counters.as_ref(),
+            cpu: self.cpu.as_ref(),
         }
+    }
+
+    /// Adds the stage's CPU measurement and judges again.
+    pub fn weigh_cpu(&mut self, cpu: CpuEvidence) {
+        self.cpu = Some(cpu);
+        self.findings = rules::judge(&self.evidence());
+    }
+
+    /// Adds the stage's Cosmos counters and judges again.
+    pub fn weigh_counters(&mut self, counters: StageCounters) {
+        self.counters = Some(counters);
+        self.findings = rules::judge(&self.evidence());
+    }
+
+    /// The kinds of every finding, in order.
+    pub fn kinds(&self) -> Vec<FindingKind> {
+        self.findings.iter().map(|f| f.kind).collect()
     }
 
     /// Human-readable lines (the CLI prints them; the report quotes them).
@@ -362,6 +436,9 @@ impl Diagnosis {
             "{} traces, {:.0} ms mean latency\n",
             self.traces, self.entry_latency_avg_ms
         );
+        if !self.sample.is_empty() {
+            out.push_str(&format!("sample: {}\n", self.sample));
+        }
         if let Some(dominant) = &self.dominant_backend {
             out.push_str(&format!(
                 "dominant backend: {dominant} ({:.1}× the next slowest)\n",
@@ -457,14 +534,14 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
                 .map(|s| s.server_time_us)
                 .sum();
             let avg_us = total as f64 / n;
-            let unexplained: u64 = summaries
+            let blocked: u64 = summaries
                 .iter()
                 .filter_map(|s| s.service(&service))
-                .map(|s| s.unexplained_us)
+                .map(|s| s.blocked_us)
                 .sum();
             BackendShare {
                 avg_ms: round(avg_us / 1e3, 1),
-                unexplained_ms: round(unexplained as f64 / n / 1e3, 1),
+                blocked_ms: round(blocked as f64 / n / 1e3, 1),
                 share_of_latency: if latency_us > 0.0 {
                     round(avg_us / latency_us, 3)
                 } else {
@@ -492,51 +569,22 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(s, _)| s.to_owned())
         .unwrap_or_default();
-    let cosmos = cosmos_evidence(&summaries, &cosmos_service);
-    let retries = retry_evidence(&summaries);
-    let repeats = repeat_evidence(&summaries);
-    let mut findings = findings(&cosmos, &backends, latency_us);
-    add_request_findings(&mut findings, &retries, &repeats);
-    Diagnosis {
+    let mut diagnosis = Diagnosis {
         traces: summaries.len(),
+        sample: String::new(),
         entry_latency_avg_ms: round(latency_us / 1e3, 1),
         dominant_backend: backends.first().map(|b| b.service.clone()),
         dominant_ratio,
         backends,
-        cosmos,
-        retries,
-        repeats,
-        findings,
-    }
-}
-
-/// The rules judged on whole requests rather than on Cosmos: a retry storm goes first
-/// (it multiplies whatever else fails), no caching before the unexplained-time rule.
-/// Either replaces "no Cosmos bottleneck left".
-fn add_request_findings(
-    findings: &mut Vec<Finding>,
-    retries: &RetryEvidence,
-    repeats: &RepeatEvidence,
-) {
-    let before = findings.len();
-    if let Some(storm) = retry_storm(retries) {
-        findings.insert(0, storm);
-    }
-    if let Some(uncached) = no_caching(repeats) {
-        let at = findings
-            .iter()
-            .position(|f| {
-                matches!(
-                    f.kind,
-                    FindingKind::SynchronousIo | FindingKind::NoCosmosBottleneck
-                )
-            })
-            .unwrap_or(findings.len());
-        findings.insert(at, uncached);
-    }
-    if findings.len() > before {
-        findings.retain(|f| f.kind != FindingKind::NoCosmosBottleneck);
-    }
+        cosmos: cosmos_evidence(&summaries, &cosmos_service),
+        retries: retry_evidence(&summaries),
+        repeats: repeat_evidence(&summaries),
+        counters: None,
+        cpu: None,
+        findings: Vec::new(),
+    };
+    diagnosis.findings = rules::judge(&diagnosis.evidence());
+    diagnosis
 }
 
 /// Each closed month's first request counts as new, every later one as a repeat.
@@ -562,21 +610,6 @@ fn repeat_evidence(summaries: &[TraceSummary]) -> RepeatEvidence {
         recomputed_repeat_share: share(recomputed),
     }
 }
-
-/// Closed months asked for again and computed again.
-fn no_caching(r: &RepeatEvidence) -> Option<Finding> {
-    (r.recomputed_repeat_share >= RECOMPUTED_REPEATS).then(|| Finding {
-        kind: FindingKind::NoCaching,
-        title: "No Caching".into(),
-        evidence: format!(
-            "{:.0}% of the requests ask again for a closed month already answered, and {:.0}% are computed again from the backends although the answer can no longer change",
-            r.repeated_share * 100.0,
-            r.recomputed_repeat_share * 100.0
-        ),
-        next_step: "cache the answers that can no longer change (closed months) where they are assembled, and serve repeats from it".into(),
-    })
-}
-
 /// Sums every (service, call) over the traces and keeps the most retried per call.
 fn retry_evidence(summaries: &[TraceSummary]) -> RetryEvidence {
     let mut totals = std::collections::BTreeMap::<(&str, &str), (usize, usize, usize)>::new();
@@ -608,28 +641,6 @@ fn retry_evidence(summaries: &[TraceSummary]) -> RetryEvidence {
         .max_by(|a, b| a.retries_per_call.total_cmp(&b.retries_per_call))
         .unwrap_or_default()
 }
-
-/// Retries made at once, often: the storm comes first, whatever else is wrong (it
-/// multiplies the load on whatever is failing).
-fn retry_storm(r: &RetryEvidence) -> Option<Finding> {
-    (r.retries_per_call >= STORM_RETRIES_PER_CALL && r.immediate_share >= STORM_IMMEDIATE_SHARE)
-        .then(|| Finding {
-            kind: FindingKind::RetryStorm,
-            title: "Retry Storm".into(),
-            evidence: format!(
-                "{}'s {} is retried {:.2} times per call, {:.0}% of the retries within 2 ms of the failure before them: no backoff, no budget, each retry adds load to the struggling backend",
-                r.service,
-                r.call,
-                r.retries_per_call,
-                r.immediate_share * 100.0
-            ),
-            next_step: format!(
-                "retry {}'s calls within a retry budget (a share of recent calls), with exponential backoff and jitter, and honour Retry-After; let a failing section fail fast",
-                r.service
-            ),
-        })
-}
-
 fn round(value: f64, digits: i32) -> f64 {
     let scale = 10f64.powi(digits);
     // `+ 0.0` turns the -0.0 of an empty float sum into 0.0.
@@ -694,10 +705,11 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
             per_op.iter().map(|s| s.cosmos_operations).sum::<usize>() as f64 / n,
             2,
         ),
-        clients_created_per_request: round(
-            per_op.iter().map(|s| s.clients_created).sum::<usize>() as f64 / n,
+        extra_operations_per_request: round(
+            per_op.iter().map(|s| s.extra_operations).sum::<usize>() as f64 / n,
             2,
         ),
+        ru_share_by_range: ru_shares(&per_op),
         throttles_placed: hot.placed,
         hottest_range_throttled_share: round(hot.throttled_share, 3),
         hottest_range_demand_share: round(hot.demand_share, 3),
@@ -717,8 +729,8 @@ struct HottestRange {
 
 impl HottestRange {
     fn of(per_op: &[&crate::summary::ServiceSummary]) -> Self {
-        let mut throttled = std::collections::BTreeMap::<&str, usize>::new();
-        let mut demand = std::collections::BTreeMap::<&str, f64>::new();
+        let mut throttled = BTreeMap::<&str, usize>::new();
+        let mut demand = BTreeMap::<&str, f64>::new();
         for s in per_op {
             for (range, n) in &s.throttled_by_range {
                 *throttled.entry(range).or_default() += n;
@@ -753,591 +765,26 @@ impl HottestRange {
     }
 }
 
-fn findings(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Vec<Finding> {
-    // A neighbour's 429s are not the service's demand: "provision more RU/s" would be
-    // the wrong advice, so rule 2 gives way.
-    let neighbour = noisy_neighbor(c);
-    let throttled = if neighbour.is_some() {
-        None
-    } else {
-        throttling(c)
-    };
-    let mut out: Vec<Finding> = [
-        neighbour,
-        throttled,
-        improper_instantiation(c),
-        serial_fan_out(c),
-        cross_partition_cost(c),
-        chatty_io(c),
-        synchronous_io(backends),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    if out.is_empty() {
-        out.push(no_cosmos_bottleneck(c, backends, latency_us));
-    }
-    out
-}
-
-fn pct(v: f64) -> String {
-    format!("{:.1}%", v * 100.0)
-}
-
-fn throttling(c: &CosmosEvidence) -> Option<Finding> {
-    throttled(c).then(|| Finding {
-        kind: FindingKind::Throttling,
-        title: "Cosmos DB throttling (HTTP 429)".into(),
-        evidence: format!(
-            "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
-            pct(c.throttled_share),
-            c.service,
-            c.throttled_per_operation,
-            pct(c.retry_wait_share)
-        ),
-        next_step: format!(
-            "provision more RU/s: the demand is {:.1} RU per operation and the partitions run out of budget",
-            c.ru_per_operation
-        ),
-    })
-}
-
-/// Rule 2's condition, which rule 1 shares: enough 429s, or enough time waiting on them.
-fn throttled(c: &CosmosEvidence) -> bool {
-    c.throttled_share >= THROTTLED_SHARE || c.retry_wait_share >= RETRY_WAIT_SHARE
-}
-
-/// 429s piled on a range that carries little of the service's own demand.
-fn noisy_neighbor(c: &CosmosEvidence) -> Option<Finding> {
-    (throttled(c) && c.throttles_placed >= NEIGHBOR_MIN_THROTTLES && c.throttle_skew >= NEIGHBOR_SKEW)
-        .then(|| Finding {
-            kind: FindingKind::NoisyNeighbor,
-            title: "Noisy Neighbor".into(),
-            evidence: format!(
-                "{} of {}'s Cosmos attempts were throttled; {} of them on partition key range {}, which carries {} of its own request units ({:.1}× its share): the budget of that partition goes to another workload",
-                pct(c.throttled_share),
-                c.service,
-                pct(c.hottest_range_throttled_share),
-                c.hottest_range,
-                pct(c.hottest_range_demand_share),
-                c.throttle_skew
-            ),
-            next_step: "give the other workload a container with throughput of its own (or a partition key that spreads its writes), and check the partition's RU consumption in the account's metrics; more RU/s for the shared container would pay for the neighbour".into(),
-        })
-}
-
-/// An operation spans several partition key ranges.
-fn cross_partition(c: &CosmosEvidence) -> bool {
-    c.partition_ranges_per_operation >= CROSS_PARTITION_RANGES
-}
-
-fn serial_fan_out(c: &CosmosEvidence) -> Option<Finding> {
-    (cross_partition(c) && c.fan_out_concurrency_p50 <= 1.0).then(|| Finding {
-        kind: FindingKind::SerialFanOut,
-        title: "Serial cross-partition fan-out".into(),
-        evidence: format!(
-            "each operation queries {:.1} partition key ranges ({:.2} calls) but never more than {} at a time (median max concurrency {:.0})",
-            c.partition_ranges_per_operation,
-            c.calls_per_operation,
-            c.fan_out_concurrency_max,
-            c.fan_out_concurrency_p50
-        ),
-        next_step: "query the partitions in parallel (query parallelism -1)".into(),
-    })
-}
-
-fn cross_partition_cost(c: &CosmosEvidence) -> Option<Finding> {
-    cross_partition(c).then(|| Finding {
-        kind: FindingKind::CrossPartitionCost,
-        title: "Cross-partition query cost".into(),
-        evidence: format!(
-            "{} of operations fan out to {:.1} partition key ranges: {:.2} calls and {:.1} RU per operation",
-            pct(c.cross_partition_share),
-            c.partition_ranges_per_operation,
-            c.calls_per_operation,
-            c.ru_per_operation
-        ),
-        next_step: "query with the partition key (the ownerId-partitioned container): one partition answers, with one call and a fraction of the RU".into(),
-    })
-}
-
-/// Clients built inside requests, at least every other request.
-fn improper_instantiation(c: &CosmosEvidence) -> Option<Finding> {
-    (c.clients_created_per_request >= CLIENTS_PER_REQUEST).then(|| Finding {
-        kind: FindingKind::ImproperInstantiation,
-        title: "Improper Instantiation".into(),
-        evidence: format!(
-            "{} builds {:.2} Cosmos clients per operation: each repeats the account and container metadata reads and opens new connections before its first call",
-            c.service, c.clients_created_per_request
-        ),
-        next_step: format!(
-            "build one Cosmos client when {} starts and share it (it is thread-safe and keeps its connections and metadata caches)",
-            c.service
-        ),
-    })
-}
-
-/// Several logical calls per operation to one partition, where one query would do.
-fn chatty_io(c: &CosmosEvidence) -> Option<Finding> {
-    (c.operations_per_request >= CHATTY_OPERATIONS && !cross_partition(c)).then(|| Finding {
-        kind: FindingKind::ChattyIo,
-        title: "Chatty I/O".into(),
-        evidence: format!(
-            "{} makes {:.1} Cosmos operations ({:.2} calls, {:.1} RU) per operation, all in one partition key range: round trips one query could combine",
-            c.service, c.operations_per_request, c.calls_per_operation, c.ru_per_operation
-        ),
-        next_step: "read the records with one query (the study's SELECT over the owner's partition) instead of a list and a point read per item".into(),
-    })
-}
-
-fn no_cosmos_bottleneck(c: &CosmosEvidence, backends: &[BackendShare], latency_us: f64) -> Finding {
-    let dominant = backends
-        .first()
-        .map(|b| format!("; {} is {} of latency", b.service, pct(b.share_of_latency)))
-        .unwrap_or_default();
-    Finding {
-        kind: FindingKind::NoCosmosBottleneck,
-        title: "No Cosmos bottleneck left".into(),
-        evidence: format!(
-            "{:.2} calls and {:.1} RU per operation on a single partition key range, {} throttled, {:.0} ms mean latency{dominant}",
-            c.calls_per_operation,
-            c.ru_per_operation,
-            pct(c.throttled_share),
-            latency_us / 1e3
-        ),
-        next_step: "scale out on CPU: add replicas of the busiest service when its CPU saturates; the rest of the latency is the database round trip".into(),
-    }
-}
-
-/// The backend with the most unexplained server time, if it crosses both thresholds.
-fn synchronous_io(backends: &[BackendShare]) -> Option<Finding> {
-    let b = backends
-        .iter()
-        .filter(|b| b.unexplained_ms >= UNEXPLAINED_MS)
-        .filter(|b| b.avg_ms > 0.0 && b.unexplained_ms / b.avg_ms >= UNEXPLAINED_SHARE)
-        .max_by(|a, b| a.unexplained_ms.total_cmp(&b.unexplained_ms))?;
-    Some(Finding {
-        kind: FindingKind::SynchronousIo,
-        title: "Synchronous I/O".into(),
-        evidence: format!(
-            "{:.1} ms of {}'s {:.1} ms per operation ({:.0}%) is covered by none of its spans: its handler holds the thread without awaiting a traced call",
-            b.unexplained_ms,
-            b.service,
-            b.avg_ms,
-            b.unexplained_ms / b.avg_ms * 100.0
-        ),
-        next_step: format!(
-            "find the blocking call in {}'s handler (a synchronous client, file or lock) and await an asynchronous one, or move it off the runtime's workers (spawn_blocking)",
-            b.service
-        ),
-    })
-}
-
-/// The CPU finding, if the machine or one thread is saturated.
-fn cpu_limit(cpu: &CpuEvidence, busiest: &str) -> Option<Finding> {
-    let generator_note = |component: &str| {
-        if component == cpu.load_generator {
-            " — the load generator itself, so this measures the generator, not the app: drive the load from more cores or machines (e.g. `--load-pods` on a cluster)".to_owned()
-        } else {
-            String::new()
+/// The service's request units by range, as shares of all it charged on a range.
+fn ru_shares(per_op: &[&crate::summary::ServiceSummary]) -> BTreeMap<String, f64> {
+    let mut by_range = BTreeMap::<String, f64>::new();
+    for s in per_op {
+        for (range, ru) in &s.request_units_by_range {
+            *by_range.entry(range.clone()).or_default() += ru;
         }
-    };
-    if cpu.machine_share >= CPU_LIMIT_SHARE {
-        return Some(Finding {
-            kind: FindingKind::CpuLimit,
-            title: "CPU saturated".into(),
-            evidence: format!(
-                "the machine's {} CPUs were {:.0}% busy (5-second mean); {busiest}{}",
-                cpu.cpus,
-                cpu.machine_share * 100.0,
-                generator_note(&cpu.busiest)
-            ),
-            next_step: format!(
-                "scale out on CPU: more replicas (or nodes) for {}, the largest consumer",
-                cpu.busiest
-            ),
-        });
     }
-    let (component, cores) = cpu.hottest_thread.as_ref()?;
-    (*cores >= CPU_LIMIT_SHARE).then(|| Finding {
-        kind: FindingKind::CpuLimit,
-        title: "Single-threaded CPU hot spot".into(),
-        evidence: format!(
-            "one thread of {component} ran at {:.0}% of a core (5-second mean) while the machine was {:.0}% busy{}",
-            cores * 100.0,
-            cpu.machine_share * 100.0,
-            generator_note(component)
-        ),
-        next_step: format!(
-            "spread {component}'s work over more threads or replicas: one core is its ceiling"
-        ),
-    })
+    let total: f64 = by_range.values().sum();
+    if total > 0.0 {
+        for share in by_range.values_mut() {
+            *share = round(*share / total, 4);
+        }
+    }
+    by_range
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn evidence(throttled: f64, wait: f64, ranges: f64, concurrency: f64) -> CosmosEvidence {
-        CosmosEvidence {
-            service: "utilization-service".into(),
-            calls_per_operation: ranges,
-            ru_per_operation: 3.0 * ranges,
-            throttled_share: throttled,
-            retry_wait_share: wait,
-            fan_out_concurrency_p50: concurrency,
-            fan_out_concurrency_max: concurrency as usize,
-            partition_ranges_per_operation: ranges,
-            cross_partition_share: if ranges > 1.0 { 1.0 } else { 0.0 },
-            ..Default::default()
-        }
-    }
-
-    fn kinds(c: &CosmosEvidence) -> Vec<FindingKind> {
-        findings(c, &[], 100_000.0).iter().map(|f| f.kind).collect()
-    }
-
-    #[test]
-    fn rules_in_order_of_what_to_fix_first() {
-        use FindingKind::*;
-        assert_eq!(
-            kinds(&evidence(0.2, 0.1, 9.0, 1.0)),
-            [Throttling, SerialFanOut, CrossPartitionCost]
-        );
-        assert_eq!(
-            kinds(&evidence(0.0, 0.06, 9.0, 9.0))[0],
-            Throttling,
-            "waiting alone counts"
-        );
-        assert_eq!(
-            kinds(&evidence(0.0, 0.0, 9.0, 1.0)),
-            [SerialFanOut, CrossPartitionCost]
-        );
-        assert_eq!(kinds(&evidence(0.0, 0.0, 9.0, 9.0)), [CrossPartitionCost]);
-        assert_eq!(
-            kinds(&evidence(0.005, 0.01, 1.0, 1.0)),
-            [NoCosmosBottleneck]
-        );
-    }
-
-    #[test]
-    fn evidence_quotes_the_numbers() {
-        let f = findings(&evidence(0.25, 0.4, 9.0, 1.0), &[], 1e6);
-        assert!(
-            f[0].evidence.contains("25.0%") && f[0].evidence.contains("40.0%"),
-            "{}",
-            f[0].evidence
-        );
-        assert!(
-            f[1].evidence.contains("9.0 partition key ranges"),
-            "{}",
-            f[1].evidence
-        );
-    }
-
-    fn diagnosis_of(c: &CosmosEvidence) -> Diagnosis {
-        Diagnosis {
-            traces: 10,
-            entry_latency_avg_ms: 100.0,
-            backends: Vec::new(),
-            dominant_backend: None,
-            dominant_ratio: 1.0,
-            cosmos: c.clone(),
-            retries: RetryEvidence::default(),
-            repeats: RepeatEvidence::default(),
-            findings: findings(c, &[], 100_000.0),
-        }
-    }
-
-    fn cpu(machine: f64, thread: f64, busiest: &str) -> CpuEvidence {
-        CpuEvidence {
-            cpus: 4,
-            machine_share: machine,
-            busiest: busiest.into(),
-            busiest_cores: machine * 4.0,
-            hottest_thread: Some(("cosmos-emulator".into(), thread)),
-            load_generator: "loadtest".into(),
-        }
-    }
-
-    #[test]
-    fn cpu_is_named_only_when_measured_at_its_limit() {
-        let settled = evidence(0.0, 0.0, 1.0, 1.0);
-        let mut spare = diagnosis_of(&settled);
-        spare.weigh_cpu(&cpu(0.40, 0.50, "gateway"));
-        assert_eq!(spare.findings.len(), 1);
-        let verdict = &spare.findings[0];
-        assert_eq!(verdict.kind, FindingKind::NoCosmosBottleneck);
-        assert!(
-            verdict.evidence.contains("CPU is not the limit"),
-            "{}",
-            verdict.evidence
-        );
-        assert!(
-            verdict.evidence.contains("gateway at 1.60 cores"),
-            "{}",
-            verdict.evidence
-        );
-        assert!(
-            !verdict.next_step.contains("scale out on CPU"),
-            "{}",
-            verdict.next_step
-        );
-
-        let mut machine = diagnosis_of(&settled);
-        machine.weigh_cpu(&cpu(0.90, 0.50, "gateway"));
-        assert_eq!(machine.findings[0].kind, FindingKind::CpuLimit);
-        assert!(
-            machine.findings[0].evidence.contains("90% busy"),
-            "{}",
-            machine.findings[0].evidence
-        );
-        assert!(machine.findings[0].next_step.contains("gateway"));
-
-        let mut thread = diagnosis_of(&settled);
-        thread.weigh_cpu(&cpu(0.30, 0.97, "gateway"));
-        assert_eq!(thread.findings[0].title, "Single-threaded CPU hot spot");
-        assert!(thread.findings[0]
-            .evidence
-            .contains("cosmos-emulator ran at 97%"));
-
-        let mut generator = diagnosis_of(&settled);
-        generator.weigh_cpu(&cpu(0.95, 0.5, "loadtest"));
-        assert!(generator.findings[0]
-            .evidence
-            .contains("the load generator itself"));
-
-        // A Cosmos verdict stays first; the CPU limit is added after it.
-        let mut throttled = diagnosis_of(&evidence(0.2, 0.1, 9.0, 1.0));
-        throttled.weigh_cpu(&cpu(0.95, 0.5, "gateway"));
-        assert_eq!(throttled.findings[0].kind, FindingKind::Throttling);
-        assert_eq!(
-            throttled.findings.last().map(|f| f.kind),
-            Some(FindingKind::CpuLimit)
-        );
-    }
-
-    fn backend(avg_ms: f64, unexplained_ms: f64) -> BackendShare {
-        BackendShare {
-            service: "utilization-service".into(),
-            avg_ms,
-            share_of_latency: 0.9,
-            unexplained_ms,
-        }
-    }
-
-    fn verdict_with(backends: &[BackendShare]) -> FindingKind {
-        findings(&evidence(0.0, 0.0, 1.0, 1.0), backends, 100_000.0)[0].kind
-    }
-
-    #[test]
-    fn synchronous_io_needs_both_its_thresholds() {
-        use FindingKind::*;
-        // At the time threshold (5 ms) and at the share threshold (6 ms of 200 ms: 3%).
-        assert_eq!(verdict_with(&[backend(100.0, 5.0)]), SynchronousIo);
-        assert_eq!(verdict_with(&[backend(200.0, 6.0)]), SynchronousIo);
-        // Just above.
-        assert_eq!(verdict_with(&[backend(100.0, 5.1)]), SynchronousIo);
-        // Just below the time, or below the share (5.9 ms of 200 ms).
-        assert_eq!(verdict_with(&[backend(100.0, 4.9)]), NoCosmosBottleneck);
-        assert_eq!(verdict_with(&[backend(200.0, 5.9)]), NoCosmosBottleneck);
-        let found = findings(&evidence(0.0, 0.0, 1.0, 1.0), &[backend(120.0, 22.0)], 1e5);
-        assert!(
-            found[0]
-                .evidence
-                .contains("22.0 ms of utilization-service's 120.0 ms per operation (18%)"),
-            "{}",
-            found[0].evidence
-        );
-        // A Cosmos problem stays first.
-        assert_eq!(
-            findings(&evidence(0.2, 0.1, 9.0, 1.0), &[backend(120.0, 22.0)], 1e5)[0].kind,
-            Throttling
-        );
-    }
-
-    /// A stage whose verdict is Synchronous I/O, weighed with the machine `busy`.
-    fn synchronous_io_weighed(busy: f64) -> Vec<Finding> {
-        let mut d = diagnosis_of(&evidence(0.0, 0.0, 1.0, 1.0));
-        d.findings = findings(&d.cosmos, &[backend(120.0, 22.0)], 1e5);
-        d.weigh_cpu(&cpu(busy, 0.2, "utilization-service"));
-        d.findings
-    }
-
-    #[test]
-    fn synchronous_io_at_low_cpu_says_the_workers_wait() {
-        let idle = synchronous_io_weighed(0.30);
-        assert_eq!(idle[0].kind, FindingKind::SynchronousIo);
-        assert!(
-            idle[0].evidence.contains("30% busy at most"),
-            "{}",
-            idle[0].evidence
-        );
-        let saturated = synchronous_io_weighed(0.95);
-        assert_eq!(saturated[0].kind, FindingKind::SynchronousIo);
-        assert_eq!(
-            saturated.last().map(|f| f.kind),
-            Some(FindingKind::CpuLimit)
-        );
-    }
-
-    #[test]
-    fn synchronous_io_is_silent_where_every_millisecond_is_a_span() {
-        // The study's stages: the backends' server time is their Cosmos spans, give or
-        // take serialising the answer.
-        for (avg, unexplained) in [(1007.0, 0.1), (977.0, 0.1), (356.0, 0.1), (124.0, 0.1)] {
-            assert_eq!(
-                verdict_with(&[backend(avg, unexplained)]),
-                FindingKind::NoCosmosBottleneck
-            );
-        }
-    }
-
-    fn with(f: impl FnOnce(&mut CosmosEvidence)) -> FindingKind {
-        let mut c = evidence(0.0, 0.0, 1.0, 1.0);
-        f(&mut c);
-        kinds(&c)[0]
-    }
-
-    #[test]
-    fn improper_instantiation_from_half_a_client_per_operation() {
-        use FindingKind::*;
-        assert_eq!(
-            with(|c| c.clients_created_per_request = 0.5),
-            ImproperInstantiation
-        );
-        assert_eq!(
-            with(|c| c.clients_created_per_request = 1.0),
-            ImproperInstantiation
-        );
-        assert_eq!(
-            with(|c| c.clients_created_per_request = 0.49),
-            NoCosmosBottleneck
-        );
-        let mut c = evidence(0.0, 0.0, 1.0, 1.0);
-        c.clients_created_per_request = 1.0;
-        assert!(findings(&c, &[], 1e5)[0]
-            .evidence
-            .contains("builds 1.00 Cosmos clients per operation"));
-        // Throttling is still the first thing to fix.
-        c.throttled_share = 0.2;
-        assert_eq!(kinds(&c)[..2], [Throttling, ImproperInstantiation]);
-    }
-
-    #[test]
-    fn chatty_io_from_three_operations_in_one_partition() {
-        use FindingKind::*;
-        assert_eq!(with(|c| c.operations_per_request = 3.0), ChattyIo);
-        assert_eq!(with(|c| c.operations_per_request = 3.1), ChattyIo);
-        assert_eq!(with(|c| c.operations_per_request = 2.9), NoCosmosBottleneck);
-        // Per-range queries across partitions are the fan-out's, not chatter.
-        let mut fan_out = evidence(0.0, 0.0, 9.0, 9.0);
-        fan_out.operations_per_request = 9.0;
-        assert_eq!(kinds(&fan_out), [CrossPartitionCost]);
-    }
-
-    #[test]
-    fn the_lab_rules_are_silent_on_the_study_stages() {
-        // The study's four shapes: one operation per request (nine per-range queries in
-        // stage 3, across partitions), the client built at startup.
-        let stages = [
-            (evidence(0.2, 0.1, 9.0, 1.0), 1.0),
-            (evidence(0.0, 0.0, 9.0, 1.0), 1.0),
-            (evidence(0.0, 0.0, 9.0, 9.0), 9.0),
-            (evidence(0.0, 0.0, 1.0, 1.0), 1.0),
-        ];
-        for (mut c, operations) in stages {
-            c.operations_per_request = operations;
-            if c.throttled_share > 0.0 {
-                // Stage 1's 429s fall where its own demand goes: evenly over the ranges.
-                c.throttles_placed = 300;
-                c.throttle_skew = 1.3;
-            }
-            let named = kinds(&c);
-            assert!(
-                !named.contains(&FindingKind::ChattyIo)
-                    && !named.contains(&FindingKind::ImproperInstantiation)
-                    && !named.contains(&FindingKind::NoisyNeighbor),
-                "{named:?}"
-            );
-        }
-    }
-
-    /// 5 % of the attempts throttled, `placed` of the 429s on a range, the hottest
-    /// holding `skew` times its share of the request units.
-    fn neighbour(throttled_share: f64, placed: usize, skew: f64) -> CosmosEvidence {
-        CosmosEvidence {
-            throttles_placed: placed,
-            hottest_range: "3".into(),
-            hottest_range_throttled_share: 0.9,
-            hottest_range_demand_share: 0.9 / skew,
-            throttle_skew: skew,
-            ..evidence(throttled_share, 0.0, 1.0, 1.0)
-        }
-    }
-
-    #[test]
-    fn a_noisy_neighbor_piles_429s_on_a_range_with_little_own_demand() {
-        use FindingKind::*;
-        // At both thresholds, and just above: the neighbour replaces throttling.
-        assert_eq!(kinds(&neighbour(0.05, 10, 3.0)), [NoisyNeighbor]);
-        assert_eq!(kinds(&neighbour(0.05, 11, 3.1)), [NoisyNeighbor]);
-        // Just below either: the 429s follow the service's own demand, or are too few
-        // to say where they fall.
-        assert_eq!(kinds(&neighbour(0.05, 200, 2.9)), [Throttling]);
-        assert_eq!(kinds(&neighbour(0.05, 9, 9.0)), [Throttling]);
-        // No throttling to speak of: nothing to name.
-        assert_eq!(kinds(&neighbour(0.009, 200, 9.0)), [NoCosmosBottleneck]);
-        let f = &findings(&neighbour(0.05, 100, 9.0), &[], 1e5)[0];
-        assert!(
-            f.evidence.contains("range 3") && f.evidence.contains("9.0×"),
-            "{}",
-            f.evidence
-        );
-    }
-
-    fn storm(retries_per_call: f64, immediate_share: f64) -> bool {
-        retry_storm(&RetryEvidence {
-            service: "gateway".into(),
-            call: "GET deliveries".into(),
-            retries_per_call,
-            immediate_share,
-        })
-        .is_some_and(|f| f.kind == FindingKind::RetryStorm)
-    }
-
-    #[test]
-    fn every_antipattern_has_a_signal_and_a_name_that_parses_back() {
-        use FindingKind::*;
-        let d = diagnosis_of(&evidence(0.0, 0.0, 1.0, 1.0));
-        for kind in [
-            SynchronousIo,
-            ChattyIo,
-            ImproperInstantiation,
-            RetryStorm,
-            NoCaching,
-            NoisyNeighbor,
-        ] {
-            assert!(kind.about().is_some(), "{kind:?}");
-            assert!(d.signal(kind).is_some(), "{kind:?} has no signal");
-            assert_eq!(FindingKind::from_name(&kind.name()), Some(kind));
-        }
-        assert_eq!(round(-0.0, 2).to_string(), "0");
-    }
-
-    #[test]
-    fn a_retry_storm_needs_many_retries_made_at_once() {
-        // At both thresholds, and just above.
-        assert!(storm(0.25, 0.5));
-        assert!(storm(0.26, 0.51));
-        // Just below either.
-        assert!(!storm(0.24, 0.9));
-        assert!(!storm(3.0, 0.49));
-        // The gateway's budgeted retries: at most a fifth of the calls, backed off.
-        assert!(!storm(0.2, 0.08));
-        // No retries at all (every study stage).
-        assert!(!storm(0.0, 0.0));
-    }
 
     fn summary(key: Option<&str>, recomputed: bool, start: u64) -> TraceSummary {
         TraceSummary {
@@ -1360,7 +807,7 @@ mod tests {
     }
 
     #[test]
-    fn no_caching_from_a_fifth_of_the_requests_recomputing_a_repeat() {
+    fn repeats_count_every_closed_month_after_its_first_request() {
         // Ten requests: the first asks for "a", then `repeats` ask for it again.
         let sample = |repeats: usize, recomputed: bool| {
             let mut s = vec![summary(Some("o1 2026-03"), true, 0)];
@@ -1371,40 +818,39 @@ mod tests {
             repeat_evidence(&s)
         };
         assert_eq!(sample(2, true).recomputed_repeat_share, 0.2);
-        assert!(no_caching(&sample(2, true)).is_some(), "at the threshold");
-        assert!(no_caching(&sample(3, true)).is_some(), "above");
-        assert!(no_caching(&sample(1, true)).is_none(), "below");
-        // Served from a cache: repeated, not recomputed.
         let cached = sample(5, false);
         assert_eq!(
             (cached.repeated_share, cached.recomputed_repeat_share),
             (0.5, 0.0)
         );
-        assert!(no_caching(&cached).is_none());
         // The open month never counts.
         let open: Vec<TraceSummary> = (0..10).map(|i| summary(None, true, i)).collect();
         assert_eq!(repeat_evidence(&open), RepeatEvidence::default());
+        assert_eq!(round(-0.0, 2).to_string(), "0");
     }
 
     #[test]
-    fn no_caching_goes_before_unexplained_time_and_replaces_no_bottleneck() {
-        let uncached = RepeatEvidence {
-            closed_month_share: 1.0,
-            repeated_share: 0.6,
-            recomputed_repeat_share: 0.6,
+    fn every_kind_has_a_name_that_parses_back_and_every_antipattern_a_signal() {
+        let d = Diagnosis {
+            traces: 0,
+            sample: String::new(),
+            entry_latency_avg_ms: 0.0,
+            backends: Vec::new(),
+            dominant_backend: None,
+            dominant_ratio: 0.0,
+            cosmos: CosmosEvidence::default(),
+            retries: RetryEvidence::default(),
+            repeats: RepeatEvidence::default(),
+            counters: None,
+            cpu: None,
+            findings: Vec::new(),
         };
-        let mut f = findings(&evidence(0.0, 0.0, 1.0, 1.0), &[], 1e5);
-        add_request_findings(&mut f, &RetryEvidence::default(), &uncached);
-        assert_eq!(
-            f.iter().map(|f| f.kind).collect::<Vec<_>>(),
-            [FindingKind::NoCaching]
-        );
-        let mut quiet = findings(&evidence(0.0, 0.0, 1.0, 1.0), &[], 1e5);
-        add_request_findings(
-            &mut quiet,
-            &RetryEvidence::default(),
-            &RepeatEvidence::default(),
-        );
-        assert_eq!(quiet[0].kind, FindingKind::NoCosmosBottleneck);
+        for rule in rules::RULES {
+            let kind = rule.kind();
+            assert_eq!(FindingKind::from_name(&kind.name()), Some(kind));
+            if kind.about().is_some() {
+                assert!(d.signal(kind).is_some(), "{kind:?} has no signal");
+            }
+        }
     }
 }

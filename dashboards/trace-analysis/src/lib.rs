@@ -12,4 +12,5 @@
 pub mod client;
 pub mod diagnosis;
 pub mod jaeger;
+pub mod rules;
 pub mod summary;

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use dronelab_contract::telemetry::attribute::{
     COSMOS_PARTITION_KEY_RANGE_ID as RANGE, COSMOS_REQUEST_CHARGE as CHARGE,
     DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, INVOICE_MONTH, INVOICE_MONTH_CLOSED,
-    OWNER_ID, SPAN_KIND,
+    OWNER_ID, SPAN_KIND, TASK_SLOW_POLL_US,
 };
-use dronelab_contract::telemetry::{event, COSMOS_DB_SYSTEM};
+use dronelab_contract::telemetry::COSMOS_DB_SYSTEM;
 
 use crate::jaeger::{Span, Trace};
 
@@ -32,18 +32,18 @@ pub struct ServiceSummary {
     pub partition_ranges: usize,
     /// Time from sending a throttled attempt to sending its retry, summed (µs).
     pub retry_wait_us: u64,
-    /// Time inside its server spans that none of its other spans covers, summed (µs):
-    /// its own code between awaited calls, or a call no span shows (a blocking one).
+    /// Time its requests' futures spent in polls that held a runtime worker (the server
+    /// spans' [`TASK_SLOW_POLL_US`]), summed (µs).
     #[serde(default)]
-    pub unexplained_us: u64,
+    pub blocked_us: u64,
     /// Logical Cosmos operations: distinct spans its attempts hang under (a query per
     /// feed range counts once per range, a retried call once).
     #[serde(default)]
     pub cosmos_operations: usize,
-    /// Cosmos clients built while one of its spans was current
-    /// ([`event::COSMOS_CLIENT_CREATED`] events).
+    /// Logical operations to a partition key range one of its earlier operations in the
+    /// trace already reached: round trips one query per range would have saved.
     #[serde(default)]
-    pub clients_created: usize,
+    pub extra_operations: usize,
     /// Its outgoing calls other than Cosmos attempts, by span name: a call's attempts
     /// are its client spans of one name under one parent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -272,44 +272,32 @@ fn closed_month_key(span: &Span) -> Option<String> {
     ))
 }
 
-/// How many of the span's events (Jaeger logs) are named `name`.
-fn count_events(span: &Span, name: &str) -> usize {
-    span.logs
-        .iter()
-        .filter(|log| {
-            log.fields
-                .iter()
-                .any(|f| f.key == "event" && f.value.as_str() == Some(name))
-        })
-        .count()
-}
-
-/// Time inside a service's server spans covered by none of its other spans (µs).
-fn unexplained(spans: &[&Span]) -> u64 {
-    let is_server = |s: &Span| s.tag_text(SPAN_KIND).as_deref() == Some("server");
-    let mut inner: Vec<(u64, u64)> = spans
-        .iter()
-        .filter(|s| !is_server(s))
-        .map(|s| (s.start_time, s.end_time()))
-        .collect();
-    inner.sort_unstable();
+/// Time its server spans say their futures spent in blocking polls (µs).
+fn blocked(spans: &[&Span]) -> u64 {
     spans
         .iter()
-        .filter(|s| is_server(s))
-        .map(|server| {
-            let (start, end) = (server.start_time, server.end_time());
-            let mut covered = 0;
-            let mut reached = start;
-            for &(from, to) in &inner {
-                let (from, to) = (from.max(reached), to.min(end));
-                if to > from {
-                    covered += to - from;
-                    reached = to;
-                }
-            }
-            server.duration.saturating_sub(covered)
-        })
+        .filter(|s| s.tag_text(SPAN_KIND).as_deref() == Some("server"))
+        .filter_map(|s| s.tag_f64(TASK_SLOW_POLL_US))
+        .map(|us| us.max(0.0) as u64)
         .sum()
+}
+
+/// Logical operations (attempts under one parent) beyond the first to reach each range:
+/// a cross-partition query reaches each range once, a list and a read per item reach
+/// the item's range again. Attempts without a range count as one range of their own.
+fn extra_operations(attempts: &[&Span]) -> usize {
+    let mut ranges_of: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
+    for attempt in attempts {
+        ranges_of
+            .entry(attempt.parent_id())
+            .or_default()
+            .insert(attempt.tag_text(RANGE).unwrap_or_default());
+    }
+    let mut reached: BTreeMap<String, usize> = BTreeMap::new();
+    for range in ranges_of.into_values().flatten() {
+        *reached.entry(range).or_default() += 1;
+    }
+    reached.values().map(|n| n - 1).sum()
 }
 
 /// One service's part of a trace; its retry waits go into `retry_waits_all`.
@@ -352,16 +340,13 @@ fn summarize_service(
             .collect::<BTreeSet<_>>()
             .len(),
         retry_wait_us,
-        unexplained_us: unexplained(spans),
+        blocked_us: blocked(spans),
         cosmos_operations: attempts
             .iter()
             .filter_map(|a| a.parent_id())
             .collect::<BTreeSet<_>>()
             .len(),
-        clients_created: spans
-            .iter()
-            .map(|s| count_events(s, event::COSMOS_CLIENT_CREATED))
-            .sum(),
+        extra_operations: extra_operations(&attempts),
         calls: call_retries(spans),
         request_units_by_range: request_units_by_range(&attempts),
         throttled_by_range: throttled_by_range(&attempts),
@@ -495,33 +480,52 @@ mod tests {
     }
 
     #[test]
-    fn operations_count_the_spans_attempts_hang_under_and_client_events_count() {
-        let mut server = span("s1", None, 0, 1000, &[("span.kind", "server")]);
-        let created = |at| crate::jaeger::Log {
-            timestamp: at,
-            fields: vec![KeyValue {
-                key: "event".into(),
-                value_type: "string".into(),
-                value: event::COSMOS_CLIENT_CREATED.into(),
-            }],
-        };
-        server.logs = vec![created(5), created(6)];
+    fn operations_count_the_spans_attempts_hang_under_and_extra_ones_reach_a_range_again() {
         let t = trace(vec![
-            server,
+            span("s1", None, 0, 1000, &[("span.kind", "server")]),
+            // A list over ranges 0 and 1, then a read in range 0 and one in range 2.
             span("q1", Some("s1"), 10, 100, &[]),
             attempt("a1", "q1", 10, 50, "200", "0"),
+            attempt("a1b", "q1", 60, 50, "200", "1"),
             span("r1", Some("s1"), 200, 100, &[]),
             attempt("a2", "r1", 200, 50, "200", "0"),
             // A read retried after a 429 is still one operation.
             span("r2", Some("s1"), 400, 300, &[]),
-            attempt("a3", "r2", 400, 10, "429", "0"),
-            attempt("a4", "r2", 500, 10, "200", "0"),
+            attempt("a3", "r2", 400, 10, "429", "2"),
+            attempt("a4", "r2", 500, 10, "200", "2"),
         ]);
         let u = &summarize(&t).services[0];
-        assert_eq!((u.cosmos_attempts, u.cosmos_operations), (4, 3));
-        assert_eq!(u.clients_created, 2);
-        let quiet = trace(vec![span("s1", None, 0, 10, &[("span.kind", "server")])]);
-        assert_eq!(summarize(&quiet).services[0].clients_created, 0);
+        assert_eq!((u.cosmos_attempts, u.cosmos_operations), (5, 3));
+        assert_eq!(u.extra_operations, 1, "range 0 reached twice");
+        // A query per range (a parallel cross-partition query) reaches each once.
+        let fan_out = trace(vec![
+            span("s1", None, 0, 1000, &[("span.kind", "server")]),
+            attempt("p0", "s1", 10, 50, "200", "0"),
+            span("q2", Some("s1"), 10, 100, &[]),
+            attempt("p1", "q2", 10, 50, "200", "1"),
+            span("q3", Some("s1"), 10, 100, &[]),
+            attempt("p2", "q3", 10, 50, "200", "2"),
+        ]);
+        assert_eq!(summarize(&fan_out).services[0].extra_operations, 0);
+    }
+
+    #[test]
+    fn blocked_time_is_what_the_server_spans_say_their_polls_held() {
+        let server = |id: &str, blocked: &str| {
+            span(
+                id,
+                None,
+                0,
+                100,
+                &[("span.kind", "server"), (TASK_SLOW_POLL_US, blocked)],
+            )
+        };
+        let t = trace(vec![
+            server("s1", "20000"),
+            server("s2", "150"),
+            span("c1", Some("s1"), 10, 30, &[(TASK_SLOW_POLL_US, "999")]),
+        ]);
+        assert_eq!(summarize(&t).services[0].blocked_us, 20_150);
     }
 
     #[test]
@@ -621,21 +625,6 @@ mod tests {
             (1, 0)
         );
         assert_eq!(calls.len(), 2, "{calls:?}");
-    }
-
-    #[test]
-    fn unexplained_time_is_what_no_other_span_of_the_service_covers() {
-        let server = |id: &str, start: u64| span(id, None, start, 100, &[("span.kind", "server")]);
-        let t = trace(vec![
-            server("s1", 0),
-            span("c1", Some("s1"), 10, 30, &[]),
-            span("c2", Some("s1"), 30, 30, &[]),
-            span("c3", Some("s1"), 80, 40, &[]),
-            server("s2", 1000),
-        ]);
-        let u = &summarize(&t).services[0];
-        // s1: covered 10–60 and 80–100 (c3 runs past its end): 30 left; s2: all 100.
-        assert_eq!(u.unexplained_us, 130);
     }
 
     #[test]

@@ -261,7 +261,6 @@ fn lab(report: &Report) -> String {
     if pairs.is_empty() {
         return String::new();
     }
-    let kind = |k: Option<FindingKind>| k.map_or_else(|| "–".to_owned(), FindingKind::name);
     let mut out = String::from(
         "<h2>Antipattern lab</h2><table><tr><th>stage</th><th>antipattern</th><th>expected</th><th>named</th><th></th></tr>",
     );
@@ -272,7 +271,7 @@ fn lab(report: &Report) -> String {
             escape(&row.stage),
             escape(row.antipattern.as_deref().unwrap_or("study")),
             escape(&row.expect),
-            kind(row.named),
+            escape(&row.named_text()),
             if row.agrees() { "✓" } else { "✗" }
         );
     }

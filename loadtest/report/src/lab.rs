@@ -16,28 +16,51 @@ pub struct LabRow {
     pub antipattern: Option<String>,
     /// The stage file's `expect`, as written.
     pub expect: String,
-    /// `None` when the stage file's `expect` is not a finding kind (yet).
-    pub expected: Option<FindingKind>,
-    /// `None` when the stage has no diagnosis.
-    pub named: Option<FindingKind>,
+    /// `None` when the stage file's `expect` is not a list of finding kinds.
+    pub expected: Option<Vec<FindingKind>>,
+    /// Every finding the diagnosis named, in order; `None` when the stage has none.
+    pub named: Option<Vec<FindingKind>>,
 }
 
 impl LabRow {
+    /// Right when every expected kind is named and no antipattern that was not expected
+    /// is (a study finding — throttling, a fan-out, a cross-partition cost, a CPU limit —
+    /// may come with an antipattern's base configuration; a look-alike must not name
+    /// the antipattern it looks like).
     pub fn agrees(&self) -> bool {
-        self.expected.is_some() && self.expected == self.named
+        let (Some(expected), Some(named)) = (&self.expected, &self.named) else {
+            return false;
+        };
+        expected.iter().all(|k| named.contains(k))
+            && named
+                .iter()
+                .all(|k| k.about().is_none() || expected.contains(k))
+    }
+
+    /// The named kinds, as the matrix shows them.
+    pub fn named_text(&self) -> String {
+        match &self.named {
+            Some(kinds) => kinds
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "–".to_owned(),
+        }
     }
 }
 
 impl StageReport {
-    /// The main problem its diagnosis named: the first finding that is not a CPU limit.
-    /// A CPU limit is about the machine that measured (on a shared 2-core machine it can
-    /// top any stage); the report shows it in the stage's findings.
+    /// The main problem its diagnosis named: the first finding that is not about the
+    /// machine. A CPU limit or a busy machine is about the machine that measured (on a
+    /// shared 2-core machine it can top any stage); the report shows it in the stage's
+    /// findings.
     pub fn named_problem(&self) -> Option<FindingKind> {
         self.diagnosis.as_ref().and_then(|d| {
             d.findings
                 .iter()
                 .map(|f| f.kind)
-                .find(|k| *k != FindingKind::CpuLimit)
+                .find(|k| !matches!(k, FindingKind::CpuLimit | FindingKind::BusyMachine))
         })
     }
 }
@@ -53,8 +76,8 @@ impl Report {
                     stage: s.name.clone(),
                     antipattern: s.antipattern.clone(),
                     expect: expect.to_owned(),
-                    expected: FindingKind::from_name(expect),
-                    named: s.named_problem(),
+                    expected: FindingKind::parse_list(expect),
+                    named: s.diagnosis.as_ref().map(|d| d.kinds()),
                 })
             })
             .collect()
@@ -84,10 +107,9 @@ impl Report {
         let matrix = self.lab_matrix();
         let agree = matrix.iter().filter(|r| r.agrees()).count();
         let mut out = format!(
-            "\n## Antipattern lab\n\n{agree} of {} stages named as expected (a CPU limit is left out: it is about the machine).\n\n| stage | antipattern | expected | named | |\n|---|---|---|---|---|\n",
+            "\n## Antipattern lab\n\n{agree} of {} stages named as expected: every expected kind among the findings, and no antipattern that was not expected.\n\n| stage | antipattern | expected | named | |\n|---|---|---|---|---|\n",
             matrix.len()
         );
-        let kind = |k: Option<FindingKind>| k.map_or_else(|| "–".to_owned(), FindingKind::name);
         for row in &matrix {
             let _ = writeln!(
                 out,
@@ -95,7 +117,7 @@ impl Report {
                 row.stage,
                 row.antipattern.as_deref().unwrap_or("study"),
                 row.expect,
-                kind(row.named),
+                row.named_text(),
                 if row.agrees() { "✓" } else { "✗" }
             );
         }
@@ -111,7 +133,8 @@ pub fn pair_kind(stages: &[&StageReport]) -> Option<FindingKind> {
     stages
         .first()
         .and_then(|s| s.expect.as_deref())
-        .and_then(FindingKind::from_name)
+        .and_then(FindingKind::parse_list)
+        .and_then(|kinds| kinds.first().copied())
 }
 
 /// One row per stage of a pair: the figures, the antipattern's own signal, the verdict

@@ -1,6 +1,7 @@
 //! What the report holds, one stage at a time; serialized as `report.json` (its schema
 //! is in the loadtest README: fields are only ever added).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dronelab_contract::lab::LabKnobs;
@@ -8,6 +9,7 @@ use dronelab_study::published::{self, Published};
 use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
 use loadgen::{IntervalSample, LoadSummary, Outcome, Percentiles, Profile};
 use serde::{Deserialize, Serialize};
+use trace_analysis::diagnosis::StageCounters;
 
 use crate::resources::{ResourceFigures, ResourceSample};
 
@@ -29,6 +31,19 @@ pub struct CosmosFigures {
     pub calls_per_operation: f64,
     pub max_ru_per_partition_per_sec: f64,
     pub provisioned_ru_per_partition: f64,
+    /// Request units by partition key range, every client of the container (the
+    /// emulator's counters; empty where they are not read).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ru_by_range: BTreeMap<String, f64>,
+    /// 429s by partition key range, every client.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub throttled_by_range: BTreeMap<String, u64>,
+    /// Reads of the container's metadata (properties, partition key ranges).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_reads: Option<u64>,
+    /// utilization-service's own request units over the stage (its `/metrics`).
+    #[serde(default)]
+    pub own_ru: f64,
 }
 
 /// One second of Cosmos activity on the stage's container.
@@ -100,6 +115,21 @@ fn one_second() -> u64 {
 }
 
 impl StageReport {
+    /// What the diagnosis weighs beside the traces: the stage's Cosmos counters over its
+    /// `seconds` (`None` where the per-range counters were not read, as on Azure).
+    pub fn stage_counters(&self, seconds: f64) -> Option<StageCounters> {
+        let c = &self.cosmos;
+        (!c.ru_by_range.is_empty()).then(|| StageCounters {
+            seconds,
+            ru_budget_per_range: c.provisioned_ru_per_partition,
+            ru_by_range: c.ru_by_range.clone(),
+            throttled_by_range: c.throttled_by_range.clone(),
+            own_ru: c.own_ru,
+            metadata_reads: c.metadata_reads,
+            requests: self.requests,
+        })
+    }
+
     /// The stage's trace links with their labels.
     pub fn link_list(&self) -> Vec<(&'static str, &str)> {
         self.trace_links

@@ -61,6 +61,14 @@ impl ResourceFigures {
         Some(CpuEvidence {
             cpus: self.cpus,
             machine_share: self.machine_cpu_sustained_share,
+            machine_mean_share: self.machine_cpu_mean_share,
+            own_share: round3(
+                self.components
+                    .iter()
+                    .map(|c| c.cpu_mean_cores)
+                    .sum::<f64>()
+                    / self.cpus as f64,
+            ),
             busiest: busiest.name.clone(),
             busiest_cores: busiest.cpu_mean_cores,
             hottest_thread: hottest.map(|(c, cores)| (c.name.clone(), cores)),

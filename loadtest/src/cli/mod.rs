@@ -55,6 +55,10 @@ pub enum Command {
     /// Run one component of the local stack in this process (used by `up` and `tune`).
     #[command(hide = true, subcommand)]
     Component(Component),
+    /// Keep CPUs busy for a while, as other work on the machine (a stage's
+    /// `busy_threads`).
+    #[command(hide = true)]
+    BurnCpu(crate::cpu_burner::BurnArgs),
 }
 
 /// Runs the command on the runtime [`runtime_for`] picks. The runtime is built here rather
@@ -97,6 +101,13 @@ async fn execute(cli: Cli) -> std::process::ExitCode {
     use std::process::ExitCode;
     match cli.command {
         Command::Component(component) => return component::run(component).await,
+        Command::BurnCpu(args) => {
+            if let Err(e) =
+                tokio::task::spawn_blocking(move || crate::cpu_burner::burn(&args)).await
+            {
+                return fail(e);
+            }
+        }
         Command::Seed(args) => {
             init_logging();
             let started = Instant::now();

@@ -16,12 +16,6 @@ pub const DEFAULT_PAIRS: &str = "loadtest/stages/antipatterns";
 /// `--only` names the study's four stages together by this.
 pub const STUDY: &str = "study";
 
-/// What the held-out set (`loadtest/stages/heldout`) expects of look-alikes that no rule
-/// names yet: a hot partition of our own demand (not a Noisy Neighbor), and a machine
-/// busy with work that is not ours (not our CPU limit). A stage may expect one; it is
-/// then a miss until a rule names it, and any other unknown name is still refused.
-pub const UNNAMED_KINDS: [&str; 2] = ["hot_partition", "busy_machine"];
-
 pub fn stages(args: &TuneArgs) -> Result<Vec<Stage>, TuneError> {
     let dir = args
         .stages
@@ -87,18 +81,16 @@ fn check(stages: &[Stage]) -> Result<(), TuneError> {
             );
         }
         match stage.expect.as_deref() {
-            None => {
-                return Err(invalid(
-                    "a lab stage says what it expects (expect = \"<finding kind>\")".into(),
-                )
+            None => return Err(invalid(
+                "a lab stage says what it expects (expect = \"<finding kind>[, <finding kind>…]\")"
+                    .into(),
+            )
+            .into()),
+            Some(kinds) if FindingKind::parse_list(kinds).is_none() => {
+                return Err(invalid(format!(
+                    "expect = {kinds:?} is not a list of finding kinds separated by commas"
+                ))
                 .into())
-            }
-            Some(kind) if UNNAMED_KINDS.contains(&kind) => eprintln!(
-                "stage {}: expects {kind}, which no rule of the diagnosis names yet: it counts as a miss",
-                stage.name
-            ),
-            Some(kind) if FindingKind::from_name(kind).is_none() => {
-                return Err(invalid(format!("expect = {kind:?} is not a finding kind")).into())
             }
             Some(_) => {}
         }
@@ -208,7 +200,7 @@ mod tests {
         for stage in &held_out {
             let expect = stage.expect.as_deref().unwrap_or_default();
             assert!(
-                FindingKind::from_name(expect).is_some() || UNNAMED_KINDS.contains(&expect),
+                FindingKind::parse_list(expect).is_some(),
                 "{}: {expect}",
                 stage.name
             );
@@ -229,7 +221,7 @@ mod tests {
         a.stages = Some(dir.path().to_owned());
         let error = stages(&a).expect_err("refused").to_string();
         assert!(
-            error.contains("\"slowness\" is not a finding kind"),
+            error.contains("\"slowness\" is not a list of finding kinds"),
             "{error}"
         );
     }

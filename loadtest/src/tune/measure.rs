@@ -68,6 +68,10 @@ impl CosmosMeasurement {
                 calls_per_operation: after.calls_per_operation_since(&self.before),
                 max_ru_per_partition_per_sec: snapshot.max_ru_per_partition_per_sec,
                 provisioned_ru_per_partition: round2(snapshot.provisioned_ru_per_partition),
+                metadata_reads: self.emulator.as_ref().map(|_| snapshot.metadata_reads),
+                ru_by_range: snapshot.ru_by_partition,
+                throttled_by_range: snapshot.throttled_by_partition,
+                own_ru: round2(after.ru_all - self.before.ru_all),
             },
             series,
         }
@@ -122,6 +126,8 @@ struct UtilizationMetrics {
     latency_count: f64,
     ru_sum: f64,
     ru_count: f64,
+    /// Request units of every operation (the queries, and reads where there are any).
+    ru_all: f64,
     calls_sum: f64,
     calls_count: f64,
 }
@@ -164,6 +170,7 @@ async fn scrape(http: &reqwest::Client, base: Option<&url::Url>) -> UtilizationM
         latency_count: promtext::sum(&samples, &part(latency, "count"), &route),
         ru_sum: promtext::sum(&samples, &part(ru, "sum"), &query),
         ru_count: promtext::sum(&samples, &part(ru, "count"), &query),
+        ru_all: promtext::sum(&samples, &part(ru, "sum"), &[]),
         calls_sum: promtext::sum(&samples, &part(calls, "sum"), &query),
         calls_count: promtext::sum(&samples, &part(calls, "count"), &query),
     }

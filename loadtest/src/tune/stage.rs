@@ -86,7 +86,7 @@ pub async fn run_stage<E: Environment>(
         eprintln!("  spans lost: {warning}");
     }
     if let Some(api) = &environment.reach().traces {
-        diagnose_stage(api, window_start, window_end, &mut report).await;
+        diagnose_stage(api, (window_start, window_end), &mut report).await;
     }
     Ok(report)
 }
@@ -134,15 +134,16 @@ async fn set_throughput(client: &CosmosClient, database: &str, ru: u64) -> Resul
     Ok(())
 }
 
-/// Traces read per stage for its diagnosis (the newest of the stage).
-const TRACES_PER_DIAGNOSIS: u32 = 300;
+/// Traces read per stage for its diagnosis, drawn across the stage
+/// ([`client::TraceApi::sample`]).
+const TRACES_PER_DIAGNOSIS: u32 = 600;
 /// The local stack's services flush spans every second (`OTEL_BSP_SCHEDULE_DELAY`); the
 /// stage's last traces are complete in the viewer, and counted as exported, after this.
 const SPAN_FLUSH_WAIT: Duration = Duration::from_millis(2500);
 
 /// Reads the stage's invoice traces back, prints the verdict and the links, and puts
 /// them in the stage's report.
-async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut StageReport) {
+async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: &mut StageReport) {
     let window = TraceWindow {
         service: Service::Gateway.name().into(),
         operation: format!("GET {}", routes::INVOICES),
@@ -154,11 +155,16 @@ async fn diagnose_stage(api: &TraceApi, start_us: u64, end_us: u64, report: &mut
     match client::diagnose_window(api, &window).await {
         Ok((mut diagnosis, links)) => {
             if let Some(cpu) = report.resources.as_ref().and_then(|r| r.cpu_evidence()) {
-                diagnosis.weigh_cpu(&cpu);
+                diagnosis.weigh_cpu(cpu);
             }
-            if let Some(verdict) = diagnosis.verdict() {
-                eprintln!("  diagnosis: {} — {}", verdict.title, verdict.evidence);
-                eprintln!("  next step: {}", verdict.next_step);
+            let seconds = end_us.saturating_sub(start_us) as f64 / 1e6;
+            if let Some(counters) = report.stage_counters(seconds) {
+                diagnosis.weigh_counters(counters);
+            }
+            for (i, finding) in diagnosis.findings.iter().enumerate() {
+                let label = if i == 0 { "diagnosis" } else { "   also" };
+                eprintln!("  {label}: {} — {}", finding.title, finding.evidence);
+                eprintln!("  next step: {}", finding.next_step);
             }
             eprint!("{}", diagnose::links_text(&links, "  "));
             report.diagnosis = Some(diagnosis);

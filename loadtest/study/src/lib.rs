@@ -19,4 +19,4 @@ pub mod stages;
 pub use calibration::{EmulatorModel, RunProfile};
 pub use data::{DataSet, OwnerMonths, Popularity};
 pub use seed::{SeedArgs, SeedError};
-pub use stages::{Stage, StageConfig, StageError};
+pub use stages::{Stage, StageConfig, StageError, MAX_BUSY_THREADS};

@@ -44,6 +44,11 @@ pub struct Stage {
     /// file; uniform, the study's load, by default).
     #[serde(default)]
     pub popularity: crate::Popularity,
+    /// CPU-bound threads of another process kept running beside the stack while the
+    /// stage's load runs (`busy_threads` in the stage file; local runs only): a machine
+    /// busy with work that is not the stack's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub busy_threads: u16,
     /// The antipattern this stage belongs to (its directory under
     /// `stages/antipatterns/`), when `loadtest lab` runs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +64,13 @@ impl Stage {
             None => self.name.clone(),
         }
     }
+}
+
+/// Most `busy_threads` a stage may ask for.
+pub const MAX_BUSY_THREADS: u16 = 64;
+
+fn is_zero(n: &u16) -> bool {
+    *n == 0
 }
 
 const EMBEDDED: [(&str, &str); 4] = [
@@ -108,6 +120,8 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         expect: Option<String>,
         #[serde(default)]
         popularity: crate::Popularity,
+        #[serde(default)]
+        busy_threads: u16,
     }
     let file: File = toml::from_str(text).map_err(|e| StageError::Invalid {
         file: name.to_owned(),
@@ -124,6 +138,11 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
     if !(1..=256).contains(&file.config.partitions) {
         return Err(invalid("partitions must be 1..=256"));
     }
+    if file.busy_threads > MAX_BUSY_THREADS {
+        return Err(invalid(&format!(
+            "busy_threads must be 0..={MAX_BUSY_THREADS}"
+        )));
+    }
     Ok(Stage {
         name: name.to_owned(),
         description: file.description,
@@ -131,6 +150,7 @@ fn parse(name: &str, text: &str) -> Result<Stage, StageError> {
         knobs: file.knobs,
         expect: file.expect,
         popularity: file.popularity,
+        busy_threads: file.busy_threads,
         antipattern: None,
     })
 }

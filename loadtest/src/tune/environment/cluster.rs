@@ -94,6 +94,12 @@ impl Environment for ClusterEnvironment {
     }
 
     async fn drive(&self, load: &StageLoad<'_>) -> Result<LoadSummary, TuneError> {
+        if load.stage.busy_threads > 0 {
+            eprintln!(
+                "  busy_threads = {} is for local runs: a cluster's nodes are not this machine, nothing is started",
+                load.stage.busy_threads
+            );
+        }
         let Some(pods) = self.load_pods else {
             return Ok(drive_here(load).await);
         };

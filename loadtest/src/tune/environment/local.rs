@@ -11,7 +11,10 @@ use local_stack::resources::ResourceSampler;
 use local_stack::Stack;
 use trace_analysis::client::TraceApi;
 
-use super::{Environment, Reach, ResourceSampling};
+use loadgen::LoadSummary;
+
+use super::{drive_here, Environment, Reach, ResourceSampling, StageLoad};
+use crate::cpu_burner::OtherCpuLoad;
 use crate::emulator::EmulatorAdmin;
 use crate::tune::{TuneArgs, TuneError};
 
@@ -83,6 +86,16 @@ impl LocalStack {
 impl Environment for LocalStack {
     fn reach(&self) -> &Reach {
         &self.reach
+    }
+
+    /// Drives the load from this process, with the stage's other CPU work beside it.
+    async fn drive(&self, load: &StageLoad<'_>) -> Result<LoadSummary, TuneError> {
+        let _other_work = OtherCpuLoad::start(
+            load.stage.busy_threads,
+            load.profile.duration() + load.target.timeout,
+        )
+        .map_err(|e| TuneError::Target(format!("cannot start busy_threads: {e}")))?;
+        Ok(drive_here(load).await)
     }
 
     async fn apply_knobs(&mut self, stage: &Stage) -> Result<(), TuneError> {

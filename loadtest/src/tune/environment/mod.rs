@@ -91,7 +91,7 @@ impl ResourceSampling {
 }
 
 /// The stage's load from this process.
-async fn drive_here(load: &StageLoad<'_>) -> LoadSummary {
+pub(super) async fn drive_here(load: &StageLoad<'_>) -> LoadSummary {
     loadgen::run(load.target.clone(), load.profile, true, &load.stage.name).await
 }
 

@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use cosmos_emulator::{Config, InProcess};
 use cosmos_kit::CosmosArgs;
 use dronelab_contract::lab::{AuditWrite, ClientPerRequest, PointReads};
-use dronelab_contract::telemetry::{attribute, event, metric, operation};
+use dronelab_contract::telemetry::{attribute, metric, operation};
 use dronelab_contract::{routes, Container, QueryParallelism, Utilization, DATABASE};
 use http_body_util::BodyExt as _;
 use opentelemetry::trace::SpanKind;
@@ -251,16 +251,34 @@ async fn bad_input_is_a_400_naming_the_parameter() {
 
 /// Two requests at once on one runtime thread (`tokio::test` runs on one): with the
 /// audit write blocking, their writes run one after the other (the thread is held);
-/// awaited, they overlap, each under a span of its own.
+/// awaited, they overlap. Both run under the same span: what tells them apart is the
+/// time each request's server span says its polls held the worker.
 #[tokio::test]
 async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
     let emulator = seeded().await;
-    let audit_spans = |spans: &InMemorySpanExporter| -> Vec<SpanData> {
+    let named = |spans: &InMemorySpanExporter, name: &str| -> Vec<SpanData> {
         spans
             .get_finished_spans()
             .expect("spans")
             .into_iter()
-            .filter(|s| s.name == "audit write")
+            .filter(|s| s.name == name)
+            .collect()
+    };
+    let blocked_us = |spans: &InMemorySpanExporter| -> Vec<i64> {
+        spans
+            .get_finished_spans()
+            .expect("spans")
+            .iter()
+            .filter(|s| s.span_kind == SpanKind::Server)
+            .filter_map(|s| {
+                s.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == attribute::TASK_SLOW_POLL_US)
+                    .and_then(|kv| match kv.value {
+                        opentelemetry::Value::I64(us) => Some(us),
+                        _ => None,
+                    })
+            })
             .collect()
     };
 
@@ -276,31 +294,37 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
         "two 20 ms blocking writes cannot overlap on one thread: {:?}",
         started.elapsed()
     );
-    assert!(
-        audit_spans(&blocking_spans).is_empty(),
-        "no span covers a blocking call"
+    assert_eq!(named(&blocking_spans, "audit write").len(), 3);
+    let held = blocked_us(&blocking_spans);
+    assert_eq!(
+        held.len(),
+        3,
+        "every server span says how long its polls held"
     );
+    assert!(held.iter().all(|us| *us >= 19_000), "{held:?}");
 
     let (awaited, awaited_spans) =
         service_with(&emulator, "0", true, |a| a.audit_write = AuditWrite::Async).await;
+    // The first request of a client does one-off work of its own in its polls.
+    utilization(&awaited).await;
+    awaited_spans.reset();
     tokio::join!(utilization(&awaited), utilization(&awaited));
-    let writes = audit_spans(&awaited_spans);
-    assert_eq!(writes.len(), 2);
+    let writes = named(&awaited_spans, "audit write");
+    assert_eq!(writes.len(), 2, "the same span as the blocking write");
     assert!(
         writes[0].start_time < writes[1].end_time && writes[1].start_time < writes[0].end_time,
         "awaited writes overlap"
     );
-    for write in &writes {
-        let took = write
-            .end_time
-            .duration_since(write.start_time)
-            .unwrap_or_default();
-        assert!(took >= std::time::Duration::from_millis(20), "{took:?}");
-    }
+    let held = blocked_us(&awaited_spans);
+    assert_eq!(held.len(), 2);
+    assert!(
+        held.iter().all(|us| *us < 10_000),
+        "an awaited write returns from poll at once: {held:?}"
+    );
 
     let (off, off_spans) = service(&emulator, "0", true).await;
     utilization(&off).await;
-    assert!(audit_spans(&off_spans).is_empty());
+    assert!(named(&off_spans, "audit write").is_empty());
 }
 
 fn expected_sum() -> (f64, f64) {
@@ -355,31 +379,68 @@ async fn point_reads_per_drone_sum_the_same_records_one_call_per_drone() {
     }
 }
 
-/// Improper Instantiation: a client built per request shows as an event on the
-/// request's server span; the shared client (built at startup) leaves none.
+/// The container's metadata reads the emulator answered since `reset`.
+async fn metadata_reads(emulator: &InProcess, reset: bool) -> u64 {
+    let http = reqwest::Client::new();
+    let base = emulator.endpoint();
+    if reset {
+        http.post(format!("{base}_emulator/stats/reset"))
+            .header(
+                cosmos_emulator::ADMIN_KEY_HEADER,
+                dronelab_contract::PUBLIC_EMULATOR_KEY,
+            )
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .expect("stats reset");
+        return 0;
+    }
+    let stats: cosmos_emulator::Stats = http
+        .get(format!("{base}_emulator/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("stats json");
+    stats
+        .databases
+        .iter()
+        .flat_map(|d| d.containers.iter())
+        .filter(|c| c.id == Container::UtilizationByOwner.name())
+        .map(|c| c.metadata_reads)
+        .sum()
+}
+
+/// Improper Instantiation, judged on its cost: a client built per request reads the
+/// container's metadata again for every request; the shared client (built at startup)
+/// reads it once and answers from its caches.
 #[tokio::test]
-async fn a_client_per_request_marks_every_request_and_the_shared_one_none() {
+async fn a_client_per_request_reads_the_metadata_every_time_and_the_shared_one_once() {
     let emulator = seeded().await;
-    let created = |spans: &InMemorySpanExporter| -> usize {
-        spans
-            .get_finished_spans()
-            .expect("spans")
-            .iter()
-            .filter(|s| s.span_kind == SpanKind::Server)
-            .flat_map(|s| s.events.iter())
-            .filter(|e| e.name == event::COSMOS_CLIENT_CREATED)
-            .count()
-    };
-    let (per_request, spans) = service_with(&emulator, "0", true, |a| {
+    let (per_request, _) = service_with(&emulator, "0", true, |a| {
         a.client_per_request = ClientPerRequest::On
     })
     .await;
+    metadata_reads(&emulator, true).await;
     for _ in 0..3 {
         assert_sums(&utilization(&per_request).await, "client per request");
     }
-    assert_eq!(created(&spans), 3, "one client per request");
+    let per_request_reads = metadata_reads(&emulator, false).await;
+    assert!(
+        per_request_reads >= 3,
+        "{per_request_reads} reads for 3 requests"
+    );
 
-    let (shared, shared_spans) = service(&emulator, "0", true).await;
+    let (shared, _) = service(&emulator, "0", true).await;
     assert_sums(&utilization(&shared).await, "shared client");
-    assert_eq!(created(&shared_spans), 0);
+    metadata_reads(&emulator, true).await;
+    for _ in 0..3 {
+        assert_sums(&utilization(&shared).await, "shared client");
+    }
+    assert_eq!(
+        metadata_reads(&emulator, false).await,
+        0,
+        "answered from its caches"
+    );
 }

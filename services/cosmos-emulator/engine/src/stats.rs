@@ -31,6 +31,9 @@ pub struct ContainerStats {
     pub requests: u64,
     pub throttled_requests: u64,
     pub ru_total: f64,
+    /// Reads of the container's properties and partition key ranges since the reset.
+    #[serde(default)]
+    pub metadata_reads: u64,
     pub max_ru_per_partition_per_second: f64,
     pub partitions: Vec<PartitionStatsView>,
 }

@@ -142,10 +142,14 @@ async fn databases(
             )
         }
         (&Method::POST, [db, "colls"]) => control_plane::create_container(state, request, db),
-        (&Method::GET, [db, "colls", coll]) => Ok(CosmosResponse::ok(
-            store.container(db, coll)?.resource.clone(),
-            charge::METADATA,
-        )),
+        (&Method::GET, [db, "colls", coll]) => {
+            let container = store.container(db, coll)?;
+            container.count_metadata_read();
+            Ok(CosmosResponse::ok(
+                container.resource.clone(),
+                charge::METADATA,
+            ))
+        }
         (&Method::DELETE, [db, "colls", coll]) => {
             let db = store.database(db)?;
             store.delete_container(&db, coll)?;
@@ -153,6 +157,7 @@ async fn databases(
         }
         (&Method::GET, [db, "colls", coll, "pkranges"]) => {
             let container = store.container(db, coll).map_err(ApiError::of_owner)?;
+            container.count_metadata_read();
             control_plane::pkranges(request, &container)
         }
         (_, [db, "colls", coll, "docs", rest @ ..]) => {

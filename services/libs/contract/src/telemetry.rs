@@ -50,6 +50,9 @@ pub mod attribute {
     /// A resource attribute: the antipattern lab's knobs that are on in this process
     /// (`ENV=value`, comma-separated), absent when all are off.
     pub const LAB_KNOBS: &str = "dronelab.lab.knobs";
+    /// On a server span: the time (µs) its request's future spent in polls longer than
+    /// [`super::SLOW_POLL`], holding a runtime worker (tokio-metrics' slow polls).
+    pub const TASK_SLOW_POLL_US: &str = "dronelab.task.slow_poll_us";
 
     // How OpenTelemetry data reads in the Jaeger model.
     pub const SPAN_KIND: &str = "span.kind";
@@ -61,6 +64,11 @@ pub mod attribute {
 
 /// `db.system.name` of Azure Cosmos DB.
 pub const COSMOS_DB_SYSTEM: &str = "azure.cosmosdb";
+
+/// A poll of a request's future longer than this holds a runtime worker: awaited I/O
+/// returns from `poll` in microseconds, a blocking call does not (tokio-metrics' default
+/// is 50 µs; 1 ms leaves room for serialising a large answer on a slow machine).
+pub const SLOW_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `db.operation.name` of the Cosmos operations the services make.
 pub mod operation {

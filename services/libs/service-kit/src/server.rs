@@ -14,11 +14,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use dronelab_contract::routes;
-use dronelab_contract::telemetry::{attribute, server_span};
+use dronelab_contract::telemetry::{attribute, server_span, SLOW_POLL};
 use futures::future::BoxFuture;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags};
 use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
+use tokio_metrics::TaskMonitor;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -303,7 +304,18 @@ async fn observe_under_dispatch(
     let answer = async move {
         let series = &served.series;
         series.active.inc();
-        let mut response = next.run(request).await;
+        // A traced request's polls are timed, so its span says how long the handler
+        // held a runtime worker without yielding (a blocking call), whatever spans the
+        // handler makes of its own.
+        let polls = cx
+            .span()
+            .span_context()
+            .is_valid()
+            .then(|| TaskMonitor::with_slow_poll_threshold(SLOW_POLL));
+        let mut response = match &polls {
+            Some(monitor) => monitor.instrument(next.run(request)).await,
+            None => next.run(request).await,
+        };
         series.active.dec();
 
         let status = response.status();
@@ -314,6 +326,13 @@ async fn observe_under_dispatch(
                 attribute::HTTP_RESPONSE_STATUS_CODE,
                 i64::from(status.as_u16()),
             ));
+            if let Some(monitor) = &polls {
+                let blocked = monitor.cumulative().total_slow_poll_duration;
+                recorded.set_attribute(KeyValue::new(
+                    attribute::TASK_SLOW_POLL_US,
+                    i64::try_from(blocked.as_micros()).unwrap_or(i64::MAX),
+                ));
+            }
             if status.is_server_error() {
                 recorded.set_status(opentelemetry::trace::Status::error(status.to_string()));
             }

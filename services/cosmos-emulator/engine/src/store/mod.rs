@@ -62,6 +62,10 @@ pub struct Container {
     pub partitions: Vec<Partition>,
     /// Dedicated throughput; `None` means the database's shared throughput (or unlimited).
     throughput: Mutex<Option<f64>>,
+    /// Reads of the container's metadata (its properties, its partition key ranges)
+    /// since the last reset: a client reads them once and caches them, so a count that
+    /// grows with the requests shows clients built per request.
+    metadata_reads: AtomicU64,
 }
 
 fn now_secs() -> u64 {
@@ -123,6 +127,11 @@ impl Database {
 }
 
 impl Container {
+    /// Counts a read of the container's properties or partition key ranges.
+    pub fn count_metadata_read(&self) {
+        self.metadata_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn throughput(&self) -> Option<f64> {
         *self.throughput.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -313,6 +322,7 @@ impl Store {
                 for p in &c.partitions {
                     p.stats.reset();
                 }
+                c.metadata_reads.store(0, Ordering::Relaxed);
             }
         }
     }
@@ -466,6 +476,7 @@ impl Store {
                 })
                 .collect(),
             throughput: Mutex::new(throughput),
+            metadata_reads: AtomicU64::new(0),
         };
         container.apply_throughput(throughput.or(db.throughput()));
         containers.push(Arc::new(container));
@@ -936,6 +947,7 @@ impl Store {
                                 * 100.0)
                                 .round()
                                 / 100.0,
+                            metadata_reads: c.metadata_reads.load(Ordering::Relaxed),
                             max_ru_per_partition_per_second: partitions
                                 .iter()
                                 .map(|p| p.counters.max_ru_per_second)
