@@ -282,22 +282,39 @@ fn blocked(spans: &[&Span]) -> u64 {
         .sum()
 }
 
-/// Logical operations (attempts under one parent) beyond the first to reach each range:
-/// a cross-partition query reaches each range once, a list and a read per item reach
-/// the item's range again. Attempts without a range count as one range of their own.
-fn extra_operations(attempts: &[&Span]) -> usize {
-    let mut ranges_of: BTreeMap<Option<&str>, BTreeSet<String>> = BTreeMap::new();
+/// Logical operations (attempts under one parent) beyond the first to reach each range,
+/// within each request the service served (its server spans): a cross-partition query
+/// reaches each range once, a list and a read per item reach the item's range again. A
+/// request retried by its caller is another server span, so its ranges count afresh.
+/// Attempts without a range (a 429 carries none) say nothing about where they went.
+fn extra_operations<'a>(spans: &[&'a Span], attempts: &[&'a Span]) -> usize {
+    let by_id: BTreeMap<&'a str, &'a Span> =
+        spans.iter().map(|s| (s.span_id.as_str(), *s)).collect();
+    let mut operations: BTreeMap<(Option<&str>, String), BTreeSet<Option<&str>>> = BTreeMap::new();
     for attempt in attempts {
-        ranges_of
-            .entry(attempt.parent_id())
+        let Some(range) = attempt.tag_text(RANGE).filter(|r| !r.is_empty()) else {
+            continue;
+        };
+        let operation = attempt.parent_id();
+        operations
+            .entry((request_of(&by_id, operation), range))
             .or_default()
-            .insert(attempt.tag_text(RANGE).unwrap_or_default());
+            .insert(operation);
     }
-    let mut reached: BTreeMap<String, usize> = BTreeMap::new();
-    for range in ranges_of.into_values().flatten() {
-        *reached.entry(range).or_default() += 1;
+    operations.values().map(|ops| ops.len() - 1).sum()
+}
+
+/// The server span (of the same service) `id` runs under, if any.
+fn request_of<'a>(by_id: &BTreeMap<&'a str, &'a Span>, mut id: Option<&'a str>) -> Option<&'a str> {
+    // A trace's spans are finite; a cycle in malformed input stops here.
+    for _ in 0..64 {
+        let span = by_id.get(id?)?;
+        if span.tag_text(SPAN_KIND).as_deref() == Some("server") {
+            return Some(span.span_id.as_str());
+        }
+        id = span.parent_id();
     }
-    reached.values().map(|n| n - 1).sum()
+    None
 }
 
 /// One service's part of a trace; its retry waits go into `retry_waits_all`.
@@ -346,7 +363,7 @@ fn summarize_service(
             .filter_map(|a| a.parent_id())
             .collect::<BTreeSet<_>>()
             .len(),
-        extra_operations: extra_operations(&attempts),
+        extra_operations: extra_operations(spans, &attempts),
         calls: call_retries(spans),
         request_units_by_range: request_units_by_range(&attempts),
         throttled_by_range: throttled_by_range(&attempts),
@@ -507,6 +524,19 @@ mod tests {
             attempt("p2", "q3", 10, 50, "200", "2"),
         ]);
         assert_eq!(summarize(&fan_out).services[0].extra_operations, 0);
+        // Its caller retried the request: the second request's query reaches the same
+        // range again, within a request of its own; a 429 without a range counts nowhere.
+        let retried = trace(vec![
+            span("s1", None, 0, 1000, &[("span.kind", "server")]),
+            span("q1", Some("s1"), 10, 100, &[]),
+            attempt("b1", "q1", 10, 50, "200", "0"),
+            span("s2", None, 2000, 1000, &[("span.kind", "server")]),
+            span("q2", Some("s2"), 2010, 100, &[]),
+            attempt("b2", "q2", 2010, 50, "200", "0"),
+            span("q3", Some("s2"), 2200, 100, &[]),
+            attempt("b3", "q3", 2200, 50, "429", ""),
+        ]);
+        assert_eq!(summarize(&retried).services[0].extra_operations, 0);
     }
 
     #[test]

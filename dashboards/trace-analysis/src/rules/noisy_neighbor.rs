@@ -78,8 +78,9 @@ mod tests {
             "{}",
             f.evidence
         );
-        // The same 429s with the range's consumption the service's own: not a neighbour.
-        let own = hot_range(0.3, 100, 0.95, 0.1).counted(9, 0.9);
+        // The same 429s with the range's consumption the service's own (and the other
+        // ranges with room): its own hot partition.
+        let own = hot_range(0.3, 100, 0.95, 0.3).counted(9, 0.9);
         assert!(NoisyNeighbor.judge(&own.evidence()).is_none());
         assert_eq!(own.kinds(), [FindingKind::HotPartition]);
     }
