@@ -47,6 +47,7 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), ClientError> {
     };
     let (mut diagnosis, links) = diagnose_window(&api, &window).await?;
     diagnosis.sample = sample_text(&args, diagnosis.traces);
+    diagnosis.check_half_sample();
     if args.json {
         println!(
             "{}",

@@ -83,13 +83,18 @@ fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
         );
         // …and the antipattern costs latency at the tail (each raises the p99 by half
         // or more here; a noisy neighbour slows only the owners of its partition, so
-        // the median need not move).
-        assert!(
-            fixed.latency_ms.p99 < bad.latency_ms.p99,
-            "{name}: p99 {} vs {}",
-            fixed.latency_ms.p99,
-            bad.latency_ms.p99
-        );
+        // the median need not move). A client per request is the exception: in a
+        // release build it costs two metadata reads per request (its signal, above)
+        // and ~0.2 ms of blocked polls, and its p99 is within noise of the shared
+        // client's (168 against 166 ms on 2026-12-07, quick profile).
+        if *name != "improper-instantiation" {
+            assert!(
+                fixed.latency_ms.p99 < bad.latency_ms.p99,
+                "{name}: p99 {} vs {}",
+                fixed.latency_ms.p99,
+                bad.latency_ms.p99
+            );
+        }
         assert!(
             bad.study.is_none() && fixed.study.is_none(),
             "{name}: no published row"

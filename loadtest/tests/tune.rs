@@ -107,7 +107,9 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
     // and then the measurement must show it.
     let stage4 = &stages[3];
     let resources = stage4.resources.as_ref().expect("stage 4's resources");
-    if verdicts[3] == FindingKind::CpuLimit {
+    assert_eq!(verdicts[3], FindingKind::NoCosmosBottleneck);
+    let stage4_kinds = diagnosis(stage4).kinds();
+    if stage4_kinds.contains(&FindingKind::CpuLimit) {
         let hottest = resources
             .components
             .iter()
@@ -115,19 +117,20 @@ fn quick_tuning_run_writes_a_report_with_the_study_shape() {
             .fold(0.0, f64::max);
         assert!(
             resources.machine_cpu_sustained_share >= 0.85 || hottest >= 0.85,
-            "a CPU verdict needs a saturated CPU: {resources:?}"
+            "a CPU finding needs a saturated CPU: {resources:?}"
         );
-    } else {
-        assert_eq!(verdicts[3], FindingKind::NoCosmosBottleneck);
+    } else if !stage4_kinds.contains(&FindingKind::BusyMachine) {
         let evidence = &diagnosis(stage4).findings[0].evidence;
         assert!(evidence.contains("CPU is not the limit"), "{evidence}");
     }
-    // No knob is on in the study's stages, and no antipattern is named there.
+    // No knob is on in the study's stages, and no antipattern is named there (the
+    // machine that measured may be: a CPU limit, or other work keeping it busy).
     for stage in stages {
         assert!(stage.knobs.is_empty(), "{}", stage.name);
-        let named: Vec<FindingKind> = diagnosis(stage).findings.iter().map(|f| f.kind).collect();
+        let named = diagnosis(stage).kinds();
         assert!(
-            named.iter().all(|kind| kind.about().is_none()),
+            named.iter().all(|kind| kind.about().is_none()
+                || matches!(kind, FindingKind::CpuLimit | FindingKind::BusyMachine)),
             "{}: an antipattern named in a study stage: {named:?}",
             stage.name
         );

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dronelab_contract::telemetry::attribute;
 
 pub use crate::diagnosis::TraceLinks;
-use crate::diagnosis::{diagnose, entry_traces, Diagnosis};
+use crate::diagnosis::{diagnose_with_half, entry_traces, Diagnosis};
 use crate::jaeger::{Envelope, Trace};
 
 #[derive(Debug, thiserror::Error)]
@@ -222,7 +222,7 @@ pub async fn diagnose_window(
             api: api.base.to_string(),
         });
     }
-    let mut diagnosis = diagnose(&entry, &window.service);
+    let mut diagnosis = diagnose_with_half(&entry, &window.service);
     diagnosis.sample = format!("{how}; {} of them answered entry traces", entry.len());
     let has_429 = |t: &Trace| {
         t.spans

@@ -24,17 +24,20 @@ pub struct LabRow {
 
 impl LabRow {
     /// Right when every expected kind is named and no antipattern that was not expected
-    /// is (a study finding — throttling, a fan-out, a cross-partition cost, a CPU limit —
-    /// may come with an antipattern's base configuration; a look-alike must not name
-    /// the antipattern it looks like).
+    /// is. A study finding (throttling, a fan-out, a cross-partition cost) may come with
+    /// an antipattern's base configuration, and a finding about the machine that
+    /// measured (a CPU limit, a machine busy with other work) with any stage; a
+    /// look-alike must not name the antipattern it looks like.
     pub fn agrees(&self) -> bool {
         let (Some(expected), Some(named)) = (&self.expected, &self.named) else {
             return false;
         };
+        let about_the_machine =
+            |k: &FindingKind| matches!(k, FindingKind::CpuLimit | FindingKind::BusyMachine);
         expected.iter().all(|k| named.contains(k))
             && named
                 .iter()
-                .all(|k| k.about().is_none() || expected.contains(k))
+                .all(|k| k.about().is_none() || about_the_machine(k) || expected.contains(k))
     }
 
     /// The named kinds, as the matrix shows them.
@@ -200,4 +203,42 @@ fn pair_markdown(name: &str, stages: &[&StageReport]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use FindingKind::*;
+
+    fn row(expect: &str, named: &[FindingKind]) -> LabRow {
+        LabRow {
+            stage: "s".into(),
+            antipattern: None,
+            expect: expect.into(),
+            expected: FindingKind::parse_list(expect),
+            named: Some(named.to_vec()),
+        }
+    }
+
+    #[test]
+    fn right_when_every_expected_kind_and_no_unexpected_antipattern_is_named() {
+        assert!(row(
+            "throttling",
+            &[Throttling, SerialFanOut, CrossPartitionCost]
+        )
+        .agrees());
+        assert!(row("synchronous_io, chatty_io", &[SynchronousIo, ChattyIo]).agrees());
+        assert!(!row("synchronous_io, chatty_io", &[SynchronousIo]).agrees());
+        // A look-alike naming the antipattern it looks like.
+        assert!(!row("throttling", &[HotPartition]).agrees());
+        assert!(!row("hot_partition", &[HotPartition, NoisyNeighbor]).agrees());
+        // The machine that measured may be named beside anything.
+        assert!(row("no_cosmos_bottleneck", &[NoCosmosBottleneck, BusyMachine]).agrees());
+        assert!(row("cross_partition_cost", &[CrossPartitionCost, CpuLimit]).agrees());
+        // Not a kind, or not diagnosed.
+        assert!(!row("slowness", &[NoCosmosBottleneck]).agrees());
+        let mut undiagnosed = row("throttling", &[]);
+        undiagnosed.named = None;
+        assert!(!undiagnosed.agrees());
+    }
 }

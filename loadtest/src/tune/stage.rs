@@ -11,6 +11,7 @@ use dronelab_report::resources::ResourceFigures;
 use dronelab_study::{DataSet, OwnerMonths, Stage};
 use loadgen::{Profile, Target};
 use trace_analysis::client::{self, TraceApi, TraceWindow};
+use trace_analysis::diagnosis::FindingKind;
 
 use super::environment::{Environment, StageLoad};
 use super::measure::CosmosMeasurement;
@@ -161,10 +162,17 @@ async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: 
             if let Some(counters) = report.stage_counters(seconds) {
                 diagnosis.weigh_counters(counters);
             }
+            diagnosis.check_half_sample();
+            eprintln!("  sample: {}", diagnosis.sample);
             for (i, finding) in diagnosis.findings.iter().enumerate() {
                 let label = if i == 0 { "diagnosis" } else { "   also" };
                 eprintln!("  {label}: {} — {}", finding.title, finding.evidence);
                 eprintln!("  next step: {}", finding.next_step);
+            }
+            if diagnosis.kinds().contains(&FindingKind::BusyMachine) {
+                eprintln!(
+                    "  warning: other processes kept this machine busy during the stage: its latency and throughput are distorted"
+                );
             }
             eprint!("{}", diagnose::links_text(&links, "  "));
             report.diagnosis = Some(diagnosis);

@@ -45,7 +45,7 @@ fn others_over_hot(values: &BTreeMap<String, f64>, hot: &str) -> Option<f64> {
     }
     others.sort_by(f64::total_cmp);
     let mid = others.len() / 2;
-    let median = if others.len() % 2 == 0 {
+    let median = if others.len().is_multiple_of(2) {
         (others[mid - 1] + others[mid]) / 2.0
     } else {
         others[mid]

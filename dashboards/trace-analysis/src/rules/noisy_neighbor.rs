@@ -63,6 +63,8 @@ impl Rule for NoisyNeighbor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
     use crate::rules::testing::{hot_range, Fixture};
 
     #[test]
@@ -91,6 +93,26 @@ mod tests {
         // throttled.
         let quiet = Fixture::default().counted(3, 0.2);
         assert_eq!(quiet.kinds(), [FindingKind::NoisyNeighbor]);
+    }
+
+    #[test]
+    fn a_sample_share_off_on_one_range_is_bounded_by_the_containers_rest() {
+        // No neighbour: every range's request units the service's own, but its sample
+        // puts 30 % less on range 2 than it really spent there.
+        let mut f = Fixture::default().counted(3, 1.0);
+        f.cosmos.ru_share_by_range =
+            BTreeMap::from([("0".into(), 0.4), ("1".into(), 0.367), ("2".into(), 0.233)]);
+        let counters = f.counters.as_mut().expect("counters");
+        counters.ru_by_range = BTreeMap::from([
+            ("0".into(), 3300.0),
+            ("1".into(), 3350.0),
+            ("2".into(), 3350.0),
+        ]);
+        counters.own_ru = 9900.0;
+        let ranges = counters.clone().ranges(&f.cosmos);
+        let worst = ranges.iter().map(|r| r.foreign_share).fold(0.0, f64::max);
+        assert!(worst <= 100.0 / 3350.0 + 1e-9, "{ranges:?}");
+        assert!(NoisyNeighbor.judge(&f.evidence()).is_none());
     }
 
     #[test]
