@@ -293,8 +293,9 @@ pub struct BackendShare {
     pub avg_ms: f64,
     /// Of the entry operation's mean latency.
     pub share_of_latency: f64,
-    /// Mean time per operation its requests' futures spent in polls that held a runtime
-    /// worker longer than [`dronelab_contract::telemetry::SLOW_POLL`] (ms).
+    /// Mean time per operation its requests' futures held a runtime worker in polls
+    /// longer than [`dronelab_contract::telemetry::SLOW_POLL`] without computing (their
+    /// slow-poll time less their polls' CPU time, ms).
     #[serde(default)]
     pub blocked_ms: f64,
 }

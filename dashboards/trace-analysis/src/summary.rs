@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use dronelab_contract::telemetry::attribute::{
     COSMOS_PARTITION_KEY_RANGE_ID as RANGE, COSMOS_REQUEST_CHARGE as CHARGE,
     DB_RESPONSE_STATUS_CODE as STATUS, DB_SYSTEM_NAME, ERROR, INVOICE_MONTH, INVOICE_MONTH_CLOSED,
-    OWNER_ID, SPAN_KIND, TASK_SLOW_POLL_US,
+    OWNER_ID, SPAN_KIND, TASK_POLL_CPU_US, TASK_SLOW_POLL_US,
 };
 use dronelab_contract::telemetry::COSMOS_DB_SYSTEM;
 
@@ -32,8 +32,9 @@ pub struct ServiceSummary {
     pub partition_ranges: usize,
     /// Time from sending a throttled attempt to sending its retry, summed (µs).
     pub retry_wait_us: u64,
-    /// Time its requests' futures spent in polls that held a runtime worker (the server
-    /// spans' [`TASK_SLOW_POLL_US`]), summed (µs).
+    /// Time its requests' futures held a runtime worker in slow polls without computing
+    /// (the server spans' [`TASK_SLOW_POLL_US`] less their [`TASK_POLL_CPU_US`]), summed
+    /// (µs): waiting inside a poll, a blocking call.
     #[serde(default)]
     pub blocked_us: u64,
     /// Logical Cosmos operations: distinct spans its attempts hang under (a query per
@@ -272,13 +273,18 @@ fn closed_month_key(span: &Span) -> Option<String> {
     ))
 }
 
-/// Time its server spans say their futures spent in blocking polls (µs).
+/// Time its server spans say their futures spent in slow polls without computing (µs):
+/// each span's slow-poll time less the CPU time of all its polls (a span without the
+/// CPU figure counts its slow polls whole).
 fn blocked(spans: &[&Span]) -> u64 {
     spans
         .iter()
         .filter(|s| s.tag_text(SPAN_KIND).as_deref() == Some("server"))
-        .filter_map(|s| s.tag_f64(TASK_SLOW_POLL_US))
-        .map(|us| us.max(0.0) as u64)
+        .filter_map(|s| {
+            let slow = s.tag_f64(TASK_SLOW_POLL_US)?;
+            let cpu = s.tag_f64(TASK_POLL_CPU_US).unwrap_or(0.0);
+            Some((slow - cpu).max(0.0) as u64)
+        })
         .sum()
 }
 
@@ -540,22 +546,28 @@ mod tests {
     }
 
     #[test]
-    fn blocked_time_is_what_the_server_spans_say_their_polls_held() {
-        let server = |id: &str, blocked: &str| {
+    fn blocked_time_is_slow_polls_beyond_the_cpu_the_polls_took() {
+        let server = |id: &str, slow: &str, cpu: &str| {
             span(
                 id,
                 None,
                 0,
                 100,
-                &[("span.kind", "server"), (TASK_SLOW_POLL_US, blocked)],
+                &[
+                    ("span.kind", "server"),
+                    (TASK_SLOW_POLL_US, slow),
+                    (TASK_POLL_CPU_US, cpu),
+                ],
             )
         };
         let t = trace(vec![
-            server("s1", "20000"),
-            server("s2", "150"),
+            // A 20 ms blocking call in 0.5 ms of computing.
+            server("s1", "20000", "500"),
+            // Slow polls that computed all along (a busy join of many responses).
+            server("s2", "6400", "8000"),
             span("c1", Some("s1"), 10, 30, &[(TASK_SLOW_POLL_US, "999")]),
         ]);
-        assert_eq!(summarize(&t).services[0].blocked_us, 20_150);
+        assert_eq!(summarize(&t).services[0].blocked_us, 19_500);
     }
 
     #[test]

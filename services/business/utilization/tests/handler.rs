@@ -264,7 +264,7 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
             .filter(|s| s.name == name)
             .collect()
     };
-    let blocked_us = |spans: &InMemorySpanExporter| -> Vec<i64> {
+    let server_figure = |spans: &InMemorySpanExporter, key: &str| -> Vec<i64> {
         spans
             .get_finished_spans()
             .expect("spans")
@@ -273,7 +273,7 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
             .filter_map(|s| {
                 s.attributes
                     .iter()
-                    .find(|kv| kv.key.as_str() == attribute::TASK_SLOW_POLL_US)
+                    .find(|kv| kv.key.as_str() == key)
                     .and_then(|kv| match kv.value {
                         opentelemetry::Value::I64(us) => Some(us),
                         _ => None,
@@ -281,6 +281,8 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
             })
             .collect()
     };
+    let blocked_us =
+        |spans: &InMemorySpanExporter| server_figure(spans, attribute::TASK_SLOW_POLL_US);
 
     let (blocking, blocking_spans) = service_with(&emulator, "0", true, |a| {
         a.audit_write = AuditWrite::Blocking
@@ -302,6 +304,17 @@ async fn a_blocking_audit_write_holds_the_thread_and_an_awaited_one_does_not() {
         "every server span says how long its polls held"
     );
     assert!(held.iter().all(|us| *us >= 19_000), "{held:?}");
+    // Held without computing: beyond the polls' CPU time (the first request's one-off
+    // client work computes), the 20 ms write is all waiting.
+    let computing = server_figure(&blocking_spans, attribute::TASK_POLL_CPU_US);
+    assert_eq!(computing.len(), 3);
+    assert!(
+        computing
+            .iter()
+            .zip(&held)
+            .all(|(cpu, slow)| slow - cpu >= 18_000),
+        "cpu {computing:?}, slow polls {held:?}"
+    );
 
     let (awaited, awaited_spans) =
         service_with(&emulator, "0", true, |a| a.audit_write = AuditWrite::Async).await;

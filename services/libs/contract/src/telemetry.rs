@@ -53,6 +53,9 @@ pub mod attribute {
     /// On a server span: the time (µs) its request's future spent in polls longer than
     /// [`super::SLOW_POLL`], holding a runtime worker (tokio-metrics' slow polls).
     pub const TASK_SLOW_POLL_US: &str = "dronelab.task.slow_poll_us";
+    /// On a server span: the thread CPU time (µs) of all its request future's polls.
+    /// Slow-poll time beyond it is time the worker was held without computing.
+    pub const TASK_POLL_CPU_US: &str = "dronelab.task.poll_cpu_us";
 
     // How OpenTelemetry data reads in the Jaeger model.
     pub const SPAN_KIND: &str = "span.kind";

@@ -8,6 +8,7 @@ pub mod client;
 #[cfg(test)]
 mod log_lines;
 pub mod metrics;
+mod poll_cpu;
 pub mod problem;
 pub mod server;
 pub mod spans;

@@ -20,6 +20,8 @@ use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags};
 use opentelemetry::{Context, KeyValue};
 use tokio::net::TcpListener;
 use tokio_metrics::TaskMonitor;
+
+use crate::poll_cpu::PollCpu;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -312,9 +314,9 @@ async fn observe_under_dispatch(
             .span_context()
             .is_valid()
             .then(|| TaskMonitor::with_slow_poll_threshold(SLOW_POLL));
-        let mut response = match &polls {
-            Some(monitor) => monitor.instrument(next.run(request)).await,
-            None => next.run(request).await,
+        let (mut response, poll_cpu) = match &polls {
+            Some(monitor) => PollCpu::new(monitor.instrument(next.run(request))).await,
+            None => (next.run(request).await, std::time::Duration::ZERO),
         };
         series.active.dec();
 
@@ -327,11 +329,13 @@ async fn observe_under_dispatch(
                 i64::from(status.as_u16()),
             ));
             if let Some(monitor) = &polls {
-                let blocked = monitor.cumulative().total_slow_poll_duration;
-                recorded.set_attribute(KeyValue::new(
-                    attribute::TASK_SLOW_POLL_US,
-                    i64::try_from(blocked.as_micros()).unwrap_or(i64::MAX),
-                ));
+                let micros =
+                    |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+                let slow = monitor.cumulative().total_slow_poll_duration;
+                recorded.set_attributes([
+                    KeyValue::new(attribute::TASK_SLOW_POLL_US, micros(slow)),
+                    KeyValue::new(attribute::TASK_POLL_CPU_US, micros(poll_cpu)),
+                ]);
             }
             if status.is_server_error() {
                 recorded.set_status(opentelemetry::trace::Status::error(status.to_string()));
