@@ -11,6 +11,7 @@
 #[cfg(feature = "client")]
 pub mod client;
 pub mod diagnosis;
+pub mod evidence;
 pub mod jaeger;
 pub mod rules;
 pub mod summary;

@@ -4,7 +4,7 @@
 
 use super::cpu_limit::mostly_others;
 use super::{pct, Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind, CPU_LIMIT_SHARE};
+use crate::evidence::{Finding, FindingKind, CPU_LIMIT_SHARE};
 
 pub struct BusyMachine;
 

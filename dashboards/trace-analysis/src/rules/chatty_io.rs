@@ -9,7 +9,7 @@
 //! ten.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// Extra round trips per request: at least one on average. Every study shape and every
 /// lab stage without the knob makes none (one query per range reached); the smallest

@@ -2,7 +2,7 @@
 //! of a component, are saturated.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{CpuEvidence, Finding, FindingKind, CPU_LIMIT_SHARE};
+use crate::evidence::{CpuEvidence, Finding, FindingKind, CPU_LIMIT_SHARE};
 
 pub struct CpuLimit;
 

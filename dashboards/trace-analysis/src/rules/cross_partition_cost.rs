@@ -3,7 +3,7 @@
 
 use super::serial_fan_out::cross_partition;
 use super::{pct, Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 pub struct CrossPartitionCost;
 

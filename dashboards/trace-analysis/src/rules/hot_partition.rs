@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::throttling::throttled;
 use super::{pct, Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// Fewer 429s placed on a range than this say nothing about where they fall.
 pub(crate) const MIN_PLACED: usize = 10;

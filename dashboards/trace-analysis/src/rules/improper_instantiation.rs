@@ -5,7 +5,7 @@
 //! client reads them again before its first call.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// Metadata reads per request. A client built at startup reads a handful in all (and
 /// again only after a partition split); a client built every other request costs
@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn the_blocked_polls_of_building_clients_are_its_own() {
         let both = reads(3000, 1000).with(|f| {
-            f.backends = vec![crate::diagnosis::BackendShare {
+            f.backends = vec![crate::evidence::BackendShare {
                 service: "utilization-service".into(),
                 avg_ms: 80.0,
                 share_of_latency: 0.5,

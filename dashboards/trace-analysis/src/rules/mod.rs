@@ -23,7 +23,7 @@ mod throttling;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::diagnosis::{
+use crate::evidence::{
     BackendShare, CosmosEvidence, CpuEvidence, Finding, FindingKind, RepeatEvidence, RetryEvidence,
     StageCounters,
 };

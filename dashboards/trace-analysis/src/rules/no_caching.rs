@@ -2,7 +2,7 @@
 //! every request that asks for them again.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// The share of requests that repeat a closed month already asked for in the sample and
 /// were computed again. Uniform load over the study's 12,000 owner-months repeats ~1 % of
@@ -34,7 +34,7 @@ impl Rule for NoCaching {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnosis::RepeatEvidence;
+    use crate::evidence::RepeatEvidence;
     use crate::rules::testing::Fixture;
 
     fn repeats(repeated: f64, recomputed: f64) -> Fixture {

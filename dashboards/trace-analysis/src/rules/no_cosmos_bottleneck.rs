@@ -3,7 +3,7 @@
 //! finding when no other names the application.
 
 use super::{pct, Evidence};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// `cpu_named`: a CPU finding follows (it says what to do about the machine).
 pub(crate) fn finding(e: &Evidence, cpu_named: bool) -> Finding {

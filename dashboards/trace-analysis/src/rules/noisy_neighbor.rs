@@ -8,7 +8,7 @@
 //! too: the counters see them all.
 
 use super::{pct, Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind, RangeConsumption};
+use crate::evidence::{Finding, FindingKind, RangeConsumption};
 
 /// The range's consumption that is not the service's own, from which it is a
 /// neighbour's (the service's share is estimated from the sample of traces, so the line

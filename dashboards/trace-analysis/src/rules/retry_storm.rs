@@ -2,7 +2,7 @@
 //! once, without a budget or backoff.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// Retries per call of one outgoing call, and the share of them sent at once. The
 /// gateway's budget allows retries of 20 % of recent calls (plus 5 a second), with
@@ -42,7 +42,7 @@ impl Rule for RetryStorm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnosis::RetryEvidence;
+    use crate::evidence::RetryEvidence;
     use crate::rules::testing::Fixture;
 
     fn storm(retries_per_call: f64, immediate_share: f64) -> bool {

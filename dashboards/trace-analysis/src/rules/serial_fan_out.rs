@@ -2,7 +2,7 @@
 //! one after the other.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{CosmosEvidence, Finding, FindingKind};
+use crate::evidence::{CosmosEvidence, Finding, FindingKind};
 
 /// An operation counts as cross-partition from this many ranges on average.
 const CROSS_PARTITION_RANGES: f64 = 1.5;

@@ -9,7 +9,7 @@
 //! nothing: the fixed stage has the same spans.
 
 use super::{Evidence, Rule};
-use crate::diagnosis::{Finding, FindingKind};
+use crate::evidence::{Finding, FindingKind};
 
 /// Time per request in slow polls beyond the CPU its polls took. Handling a request
 /// (parsing, serialising an answer of thousands of records) polls in well under a
@@ -56,7 +56,7 @@ impl Rule for SynchronousIo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diagnosis::BackendShare;
+    use crate::evidence::BackendShare;
     use crate::rules::testing::{cpu, Fixture};
 
     fn backend(avg_ms: f64, blocked_ms: f64) -> Fixture {

@@ -1,6 +1,6 @@
 //! Evidence for the rules' unit tests: a quiet stage (one range, no 429s) to change.
 
-use crate::diagnosis::{
+use crate::evidence::{
     BackendShare, CosmosEvidence, CpuEvidence, FindingKind, RepeatEvidence, RetryEvidence,
     StageCounters,
 };

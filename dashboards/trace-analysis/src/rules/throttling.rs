@@ -2,7 +2,7 @@
 //! run out of their RU budget.
 
 use super::{pct, Evidence, Rule};
-use crate::diagnosis::{CosmosEvidence, Finding, FindingKind};
+use crate::evidence::{CosmosEvidence, Finding, FindingKind};
 
 /// ≥ 1 % of the attempts throttled, or ≥ 5 % of the Cosmos service's time spent waiting
 /// for and retrying 429s: below both, the SDK's retries absorb the odd 429 unseen.
