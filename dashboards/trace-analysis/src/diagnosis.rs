@@ -479,8 +479,14 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
             per_op.iter().map(|s| s.cosmos_operations).sum::<usize>() as f64 / n,
             2,
         ),
+        // Per request that reached Cosmos: a request a cache answered makes no round
+        // trip, chatty or not, and would dilute the figure by the cache's hit rate.
         extra_operations_per_request: round(
-            per_op.iter().map(|s| s.extra_operations).sum::<usize>() as f64 / n,
+            with_attempts
+                .iter()
+                .map(|s| s.extra_operations)
+                .sum::<usize>() as f64
+                / with_attempts.len().max(1) as f64,
             2,
         ),
         ru_share_by_range: ru_shares(&per_op),

@@ -177,7 +177,12 @@ mod tests {
     #[test]
     fn the_held_out_sets_load_alone_and_expect_kinds_or_named_look_alikes() {
         let mut held_out = Vec::new();
-        for set in ["heldout", "heldout-three-partitions", "heldout-second"] {
+        for set in [
+            "heldout",
+            "heldout-three-partitions",
+            "heldout-second",
+            "heldout-third",
+        ] {
             let mut a = args(&["--no-study"]);
             a.stages = Some(
                 Path::new(env!("CARGO_MANIFEST_DIR"))

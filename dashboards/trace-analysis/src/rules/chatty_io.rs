@@ -29,12 +29,12 @@ impl Rule for ChattyIo {
             kind: self.kind(),
             title: "Chatty I/O".into(),
             evidence: format!(
-                "{} makes {:.1} Cosmos operations per request ({:.2} calls, {:.1} RU), {:.1} of them to partition key ranges the request had already reached: round trips one query could combine",
+                "{}'s requests that reached Cosmos made {:.1} round trips each to partition key ranges they had already reached ({:.1} Cosmos operations, {:.2} calls and {:.1} RU per invoice): round trips one query could combine",
                 c.service,
+                c.extra_operations_per_request,
                 c.operations_per_request,
                 c.calls_per_operation,
-                c.ru_per_operation,
-                c.extra_operations_per_request
+                c.ru_per_operation
             ),
             next_step: "read the records with one query (the study's SELECT over the owner's partition) instead of a list and a point read per item".into(),
         })
