@@ -104,6 +104,10 @@ pub struct StageReport {
     /// The knee at the latency objective (`loadtest capacity`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<crate::capacity::CapacityFigures>,
+    /// How late the load generator sent its requests (p99, ms; open-loop profiles only):
+    /// late sends mean the generator, not the stage, set the pace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_late_p99_ms: Option<f64>,
 }
 
 fn is_uniform(popularity: &dronelab_study::Popularity) -> bool {
@@ -178,6 +182,7 @@ impl StageReport {
             trace_links: None,
             spans: None,
             capacity: None,
+            send_late_p99_ms: load.send_lateness_ms.as_ref().map(|l| l.p99),
         }
     }
 

@@ -65,7 +65,7 @@ const MAX_RPS: f64 = 5000.0;
 /// counts as an error and marks the generator as the limit).
 const MAX_IN_FLIGHT: usize = 4000;
 /// Sends later than this (p99) mean the generator, not the stage, set the pace.
-const LATE_MS: f64 = 50.0;
+pub(super) const LATE_MS: f64 = 50.0;
 /// A share of 429s, 5xx answers or busy CPU from which that resource counts as
 /// saturated.
 const THROTTLED_SHARE: f64 = 0.01;

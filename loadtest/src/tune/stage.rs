@@ -79,6 +79,14 @@ pub async fn run_stage<E: Environment>(
         }
     }
     eprintln!("  {}", report.one_line());
+    if let Some(late) = report
+        .send_late_p99_ms
+        .filter(|ms| *ms > super::capacity::LATE_MS)
+    {
+        eprintln!(
+            "  warning: the load generator sent its requests late (p99 {late:.0} ms): it, not the stage, set the pace, and the stage's figures are distorted"
+        );
+    }
     tokio::time::sleep(SPAN_FLUSH_WAIT).await;
     report.spans = SpanScrape::take(&run.http, &environment.reach().spans)
         .await
