@@ -84,7 +84,8 @@ pub mod operation {
 pub mod event {
     /// A Cosmos client was built while this span was current: its metadata reads and
     /// new connections were paid inside the request (one per request is Improper
-    /// Instantiation).
+    /// Instantiation). For a reader of the trace: the diagnosis judges the cost itself
+    /// (the endpoint's metadata reads per request), not this event.
     pub const COSMOS_CLIENT_CREATED: &str = "cosmos client created";
 }
 

@@ -35,7 +35,8 @@ use service_kit::Telemetry;
 /// Marks every Cosmos client built while a span is current with an event on that span
 /// ([`event::COSMOS_CLIENT_CREATED`]). Building a client costs metadata reads and new
 /// connections; built inside a request, that cost is paid per request (Improper
-/// Instantiation), and the event shows it in the trace. The SDK calls this hook
+/// Instantiation), and the event shows it in the trace (the diagnosis judges the
+/// metadata reads the endpoint counts, not this event). The SDK calls this hook
 /// synchronously while it builds the client, so the current context is the caller's
 /// when the build is awaited under it (`FutureExt::with_context`). A client built at
 /// startup, outside any span, leaves no event.
