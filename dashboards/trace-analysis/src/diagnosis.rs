@@ -111,6 +111,10 @@ pub struct Diagnosis {
     pub cpu: Option<CpuEvidence>,
     /// Every finding that holds, what to fix first first.
     pub findings: Vec<Finding>,
+    /// Figures present both in the sample and in the stage's counters, and whether they
+    /// agree (empty without counters).
+    #[serde(default)]
+    pub consistency: Vec<Consistency>,
     /// Whether every other trace of the sample alone names the same findings
     /// ([`Self::check_half_sample`]); `None` until checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,13 +152,39 @@ impl Diagnosis {
         self.findings = rules::judge(&self.evidence());
     }
 
-    /// Adds the stage's Cosmos counters and judges again (the half sample too).
+    /// Adds the stage's Cosmos counters, sets what they say beside what the sample says,
+    /// and judges again (the half sample too).
     pub fn weigh_counters(&mut self, counters: StageCounters) {
         if let Some(half) = self.half_sample.as_mut() {
             half.weigh_counters(counters.clone());
         }
+        self.consistency = self.consistency_with(&counters);
         self.counters = Some(counters);
         self.findings = rules::judge(&self.evidence());
+    }
+
+    /// The throttled share of Cosmos calls, the sample's (the diagnosed service's
+    /// attempts) against the stage's (every call on the container). They agree within
+    /// three standard errors of a share of the sample's attempts (binomial, the attempts
+    /// taken as independent), and at least a point: the container's count includes other
+    /// clients.
+    fn consistency_with(&self, counters: &StageCounters) -> Vec<Consistency> {
+        let Some(stage) = counters.throttled_share() else {
+            return Vec::new();
+        };
+        let sample = self.cosmos.throttled_share;
+        let attempts = self.cosmos.calls_per_operation * self.traces as f64;
+        let error = if attempts > 0.0 {
+            (stage * (1.0 - stage) / attempts).sqrt()
+        } else {
+            1.0
+        };
+        vec![Consistency {
+            figure: "throttled share of Cosmos calls".into(),
+            sample: round(sample, 4),
+            stage: round(stage, 4),
+            agree: (sample - stage).abs() <= (3.0 * error).max(0.01),
+        }]
     }
 
     /// Compares the findings with those of every other trace alone (the sample halved):
@@ -345,6 +375,7 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         counters: None,
         cpu: None,
         findings: Vec::new(),
+        consistency: Vec::new(),
         stable_at_half_sample: None,
         half_sample: None,
     };
@@ -627,6 +658,7 @@ mod tests {
             counters: None,
             cpu: None,
             findings: Vec::new(),
+            consistency: Vec::new(),
             stable_at_half_sample: None,
             half_sample: None,
         };
@@ -661,6 +693,33 @@ mod tests {
             near.sample
         );
         assert!(near.half_sample.is_none());
+    }
+
+    #[test]
+    fn the_sample_and_the_counters_side_by_side() {
+        let counters = |throttled: u64, calls: u64| StageCounters {
+            throttled_by_range: [("0".into(), throttled)].into(),
+            cosmos_calls: calls,
+            ..StageCounters::default()
+        };
+        // 273 traces of one call each, none throttled, against 58 % of the container's
+        // calls: they disagree, and the counters name the throttling.
+        let mut hidden = quiet(273);
+        hidden.cosmos.calls_per_operation = 1.0;
+        hidden.weigh_counters(counters(6799, 11_641));
+        assert_eq!(hidden.consistency.len(), 1);
+        assert!(!hidden.consistency[0].agree, "{:?}", hidden.consistency);
+        assert_eq!(hidden.kinds(), [FindingKind::Throttling]);
+        // 20 % in the sample, 21 % counted: within the sample's uncertainty.
+        let mut close = quiet(300);
+        close.cosmos.calls_per_operation = 1.0;
+        close.cosmos.throttled_share = 0.20;
+        close.weigh_counters(counters(2100, 10_000));
+        assert!(close.consistency[0].agree, "{:?}", close.consistency);
+        // No calls counted: nothing to set beside the sample.
+        let mut none = quiet(300);
+        none.weigh_counters(counters(0, 0));
+        assert!(none.consistency.is_empty());
     }
 
     #[test]

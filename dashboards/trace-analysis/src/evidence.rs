@@ -142,6 +142,20 @@ pub struct StageCounters {
     /// Entry requests the load sent in the stage.
     #[serde(default)]
     pub requests: u64,
+    /// Cosmos calls the container answered over the stage, every client (its 429s are
+    /// [`Self::throttled_by_range`]).
+    #[serde(default)]
+    pub cosmos_calls: u64,
+}
+
+/// One figure as the sample of traces shows it and as the stage's counters do, and
+/// whether they agree within the sample's own uncertainty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Consistency {
+    pub figure: String,
+    pub sample: f64,
+    pub stage: f64,
+    pub agree: bool,
 }
 
 /// One range's consumption over the stage, split into the service's and the rest.
@@ -200,6 +214,13 @@ impl StageCounters {
     /// One range's consumption ([`Self::ranges`]).
     pub fn consumption(&self, range: &str, c: &CosmosEvidence) -> Option<RangeConsumption> {
         self.ranges(c).into_iter().find(|r| r.range == range)
+    }
+
+    /// The share of the container's Cosmos calls that were throttled over the stage,
+    /// every client (`None` without calls counted).
+    pub fn throttled_share(&self) -> Option<f64> {
+        let throttled: u64 = self.throttled_by_range.values().sum();
+        (self.cosmos_calls > 0).then(|| throttled as f64 / self.cosmos_calls as f64)
     }
 
     /// Metadata reads per entry request, where both were counted.

@@ -131,6 +131,7 @@ impl StageReport {
             own_ru: c.own_ru,
             metadata_reads: c.metadata_reads,
             requests: self.requests,
+            cosmos_calls: c.requests,
         })
     }
 

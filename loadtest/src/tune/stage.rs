@@ -171,6 +171,12 @@ async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: 
                 diagnosis.weigh_counters(counters);
             }
             diagnosis.check_half_sample();
+            for c in diagnosis.consistency.iter().filter(|c| !c.agree) {
+                eprintln!(
+                    "  the traces disagree with the stage's counters: {} {:.4} in the sample, {:.4} counted",
+                    c.figure, c.sample, c.stage
+                );
+            }
             eprintln!("  sample: {}", diagnosis.sample);
             for (i, finding) in diagnosis.findings.iter().enumerate() {
                 let label = if i == 0 { "diagnosis" } else { "   also" };

@@ -170,6 +170,7 @@ impl Fixture {
             ru_budget_per_range: 100.0,
             ru_by_range,
             throttled_by_range: [(hot, 50)].into(),
+            cosmos_calls: 60_000,
             own_ru,
             metadata_reads: Some(3),
             requests: 6000,

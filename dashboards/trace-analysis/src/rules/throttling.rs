@@ -23,16 +23,32 @@ impl Rule for Throttling {
 
     fn judge(&self, e: &Evidence) -> Option<Finding> {
         let c = e.cosmos;
-        throttled(c).then(|| Finding {
+        // The stage's counters say how much; a sample that caught no 429 does not
+        // make the container's throttling go away.
+        let counted = e
+            .counters
+            .and_then(|k| k.throttled_share())
+            .filter(|share| *share >= THROTTLED_SHARE);
+        if !throttled(c) && counted.is_none() {
+            return None;
+        }
+        let mut evidence = format!(
+            "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
+            pct(c.throttled_share),
+            c.service,
+            c.throttled_per_operation,
+            pct(c.retry_wait_share)
+        );
+        if let Some(share) = counted {
+            evidence.push_str(&format!(
+                "; the stage's counters: {} of the container's calls throttled",
+                pct(share)
+            ));
+        }
+        Some(Finding {
             kind: self.kind(),
             title: "Cosmos DB throttling (HTTP 429)".into(),
-            evidence: format!(
-                "{} of {}'s Cosmos attempts were throttled ({:.2} per operation); {} of its time went to waiting for and retrying them",
-                pct(c.throttled_share),
-                c.service,
-                c.throttled_per_operation,
-                pct(c.retry_wait_share)
-            ),
+            evidence,
             next_step: format!(
                 "provision more RU/s: the demand is {:.1} RU per operation and the partitions run out of budget",
                 c.ru_per_operation
@@ -52,6 +68,32 @@ mod tests {
             ..Fixture::default()
         };
         Throttling.judge(&f.evidence())
+    }
+
+    #[test]
+    fn the_stages_counters_name_it_when_the_sample_caught_no_429() {
+        // 6,799 of 11,641 calls throttled, none in the sampled traces.
+        let hidden = Fixture::default().counted(3, 1.0).with(|f| {
+            if let Some(k) = f.counters.as_mut() {
+                k.throttled_by_range = [("0".into(), 6799)].into();
+                k.cosmos_calls = 11_641;
+            }
+        });
+        assert_eq!(hidden.kinds(), [FindingKind::Throttling]);
+        let f = Throttling.judge(&hidden.evidence()).expect("throttled");
+        assert!(
+            f.evidence.contains("58.4% of the container's calls"),
+            "{}",
+            f.evidence
+        );
+        // Counted below the line, or not counted: the sample alone decides.
+        let few = Fixture::default().counted(3, 1.0).with(|f| {
+            if let Some(k) = f.counters.as_mut() {
+                k.throttled_by_range = [("0".into(), 9)].into();
+                k.cosmos_calls = 1000;
+            }
+        });
+        assert!(Throttling.judge(&few.evidence()).is_none());
     }
 
     #[test]
