@@ -6,7 +6,7 @@ use std::time::Duration;
 use dronelab_contract::telemetry::attribute;
 
 pub use crate::diagnosis::TraceLinks;
-use crate::diagnosis::{diagnose_with_half, entry_traces, Diagnosis};
+use crate::diagnosis::{answered_ok, diagnose_with_half, entry_traces, Diagnosis};
 use crate::jaeger::{Envelope, Trace};
 
 #[derive(Debug, thiserror::Error)]
@@ -223,13 +223,18 @@ pub async fn diagnose_window(
         });
     }
     let mut diagnosis = diagnose_with_half(&entry, &window.service);
-    diagnosis.sample = format!("{how}; {} of them answered entry traces", entry.len());
+    let ok: Vec<&Trace> = entry.iter().copied().filter(|t| answered_ok(t)).collect();
+    diagnosis.sample = format!(
+        "{how}; {} of them answered entry traces, {} with 200",
+        entry.len(),
+        ok.len()
+    );
     let has_429 = |t: &Trace| {
         t.spans
             .iter()
             .any(|s| s.tag_text(attribute::DB_RESPONSE_STATUS_CODE).as_deref() == Some("429"))
     };
-    let throttled = match entry.iter().find(|t| has_429(t)) {
+    let throttled = match ok.iter().find(|t| has_429(t)) {
         Some(t) => Some(t.trace_id.clone()),
         None if diagnosis.cosmos.throttled_per_operation > 0.0 => {
             api.throttled_trace(window, &diagnosis.cosmos.service)
@@ -237,7 +242,7 @@ pub async fn diagnose_window(
         }
         None => None,
     };
-    let links = pick_links(api, &entry, throttled);
+    let links = pick_links(api, &ok, throttled);
     Ok((diagnosis, links))
 }
 

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use dronelab_contract::telemetry::attribute;
 use serde::{Deserialize, Serialize};
 
+use crate::consistency::{self, Sample};
 pub use crate::evidence::*;
+use crate::failure::failure_evidence;
 use crate::jaeger::Trace;
 use crate::rules::{self, Evidence};
 use crate::summary::{summarize, TraceSummary};
@@ -26,7 +28,17 @@ impl Diagnosis {
         match kind {
             FindingKind::Throttling => Some((
                 "throttled share of Cosmos calls",
-                self.cosmos.throttled_share,
+                self.counters
+                    .as_ref()
+                    .and_then(StageCounters::throttled_share)
+                    .unwrap_or(self.cosmos.throttled_share),
+            )),
+            FindingKind::FailedRequests => Some((
+                "failed share of requests",
+                self.counters
+                    .as_ref()
+                    .and_then(StageCounters::failed_share)
+                    .unwrap_or(self.failures.failed_share()),
             )),
             FindingKind::NoisyNeighbor => Some((
                 "others' share of the busiest range's RU",
@@ -103,6 +115,9 @@ pub struct Diagnosis {
     /// Repeated requests for closed months.
     #[serde(default)]
     pub repeats: RepeatEvidence,
+    /// The sample's failed requests and the call that failed in them.
+    #[serde(default)]
+    pub failures: FailureEvidence,
     /// The stage's Cosmos counters, when it measured them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<StageCounters>,
@@ -115,6 +130,10 @@ pub struct Diagnosis {
     /// agree (empty without counters).
     #[serde(default)]
     pub consistency: Vec<Consistency>,
+    /// Figures the rules read from the sample alone, because their counter was not read
+    /// (see [`crate::consistency::sample_only`]).
+    #[serde(default)]
+    pub sample_only: Vec<String>,
     /// Whether every other trace of the sample alone names the same findings
     /// ([`Self::check_half_sample`]); `None` until checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,9 +157,33 @@ impl Diagnosis {
             cosmos: &self.cosmos,
             retries: &self.retries,
             repeats: &self.repeats,
+            failures: &self.failures,
             counters: self.counters.as_ref(),
             cpu: self.cpu.as_ref(),
         }
+    }
+
+    /// What a reader must know besides the findings: each figure the sample and the
+    /// stage's counters disagree on, and the figures the sample alone gave.
+    pub fn caveats(&self) -> Vec<String> {
+        let mut caveats: Vec<String> = self
+            .consistency
+            .iter()
+            .filter(|c| !c.agree)
+            .map(|c| {
+                format!(
+                    "the traces disagree with the stage's counters: {} {} in the sample, {} counted",
+                    c.figure, c.sample, c.stage
+                )
+            })
+            .collect();
+        if !self.sample_only.is_empty() {
+            caveats.push(format!(
+                "from the sample alone (no counter read): {}",
+                self.sample_only.join(", ")
+            ));
+        }
+        caveats
     }
 
     /// Adds the stage's CPU measurement and judges again (the half sample too).
@@ -158,33 +201,15 @@ impl Diagnosis {
         if let Some(half) = self.half_sample.as_mut() {
             half.weigh_counters(counters.clone());
         }
-        self.consistency = self.consistency_with(&counters);
+        let sample = Sample {
+            traces: self.traces,
+            cosmos: &self.cosmos,
+            failures: &self.failures,
+        };
+        self.consistency = consistency::compare(&sample, &counters);
+        self.sample_only = consistency::sample_only(Some(&counters));
         self.counters = Some(counters);
         self.findings = rules::judge(&self.evidence());
-    }
-
-    /// The throttled share of Cosmos calls, the sample's (the diagnosed service's
-    /// attempts) against the stage's (every call on the container). They agree within
-    /// three standard errors of a share of the sample's attempts (binomial, the attempts
-    /// taken as independent), and at least a point: the container's count includes other
-    /// clients.
-    fn consistency_with(&self, counters: &StageCounters) -> Vec<Consistency> {
-        let Some(stage) = counters.throttled_share() else {
-            return Vec::new();
-        };
-        let sample = self.cosmos.throttled_share;
-        let attempts = self.cosmos.calls_per_operation * self.traces as f64;
-        let error = if attempts > 0.0 {
-            (stage * (1.0 - stage) / attempts).sqrt()
-        } else {
-            1.0
-        };
-        vec![Consistency {
-            figure: "throttled share of Cosmos calls".into(),
-            sample: round(sample, 4),
-            stage: round(stage, 4),
-            agree: (sample - stage).abs() <= (3.0 * error).max(0.01),
-        }]
     }
 
     /// Compares the findings with those of every other trace alone (the sample halved):
@@ -281,6 +306,18 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// The standard error of the mean of `values` (0 for fewer than two).
+fn standard_error(values: impl Iterator<Item = f64>) -> f64 {
+    let values: Vec<f64> = values.collect();
+    let n = values.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (variance / n as f64).sqrt()
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -289,9 +326,10 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Traces whose root is the entry operation and that answered 200. A request the load
-/// tool abandoned when its run ended has no status, and its backends' work was cut short
-/// (their Cosmos attempts never recorded): judging by it would undercount.
+/// Traces whose root is the entry operation and that answered, whatever their status. A
+/// request the load tool abandoned when its run ended has no status, and its backends'
+/// work was cut short (their Cosmos attempts never recorded): judging by it would
+/// undercount.
 pub fn entry_traces<'a>(traces: &'a [Trace], service: &str, operation: &str) -> Vec<&'a Trace> {
     traces
         .iter()
@@ -299,15 +337,30 @@ pub fn entry_traces<'a>(traces: &'a [Trace], service: &str, operation: &str) -> 
             t.root().is_some_and(|r| {
                 t.service_of(r) == service
                     && r.operation_name == operation
-                    && r.tag_text(attribute::HTTP_RESPONSE_STATUS_CODE).as_deref() == Some("200")
+                    && r.tag(attribute::HTTP_RESPONSE_STATUS_CODE).is_some()
             })
         })
         .collect()
 }
 
-/// Applies the rules to the entry operation's traces.
+/// The entry answered 200 (possibly with a part missing): the traces whose Cosmos,
+/// backend and latency figures the rules read. One shed or failed at the entry did
+/// little of the work, and would dilute them.
+pub fn answered_ok(trace: &Trace) -> bool {
+    trace
+        .root()
+        .is_some_and(|r| r.tag_text(attribute::HTTP_RESPONSE_STATUS_CODE).as_deref() == Some("200"))
+}
+
+/// Applies the rules to the entry operation's answered traces: their failures from all
+/// of them, every other figure from those answered 200 ([`answered_ok`]).
 pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
-    let summaries: Vec<TraceSummary> = traces.iter().map(|t| summarize(t)).collect();
+    let failures = failure_evidence(traces);
+    let summaries: Vec<TraceSummary> = traces
+        .iter()
+        .filter(|t| answered_ok(t))
+        .map(|t| summarize(t))
+        .collect();
     let n = summaries.len().max(1) as f64;
     let latency_us = mean(summaries.iter().map(|s| s.duration_us as f64));
     let mut backend_names: Vec<String> = summaries
@@ -372,10 +425,12 @@ pub fn diagnose(traces: &[&Trace], entry_service: &str) -> Diagnosis {
         cosmos: cosmos_evidence(&summaries, &cosmos_service),
         retries: retry_evidence(&summaries),
         repeats: repeat_evidence(&summaries),
+        failures,
         counters: None,
         cpu: None,
         findings: Vec::new(),
         consistency: Vec::new(),
+        sample_only: consistency::sample_only(None),
         stable_at_half_sample: None,
         half_sample: None,
     };
@@ -468,6 +523,14 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
         service: service.to_owned(),
         calls_per_operation: round(attempts as f64 / n, 2),
         ru_per_operation: round(per_op.iter().map(|s| s.request_units).sum::<f64>() / n, 2),
+        ru_per_operation_se: round(
+            standard_error(
+                summaries
+                    .iter()
+                    .map(|s| s.service(service).map_or(0.0, |x| x.request_units)),
+            ),
+            3,
+        ),
         throttled_per_operation: round(throttled as f64 / n, 2),
         throttled_share: if attempts > 0 {
             round(throttled as f64 / attempts as f64, 4)
@@ -655,10 +718,12 @@ mod tests {
             },
             retries: RetryEvidence::default(),
             repeats: RepeatEvidence::default(),
+            failures: FailureEvidence::default(),
             counters: None,
             cpu: None,
             findings: Vec::new(),
             consistency: Vec::new(),
+            sample_only: Vec::new(),
             stable_at_half_sample: None,
             half_sample: None,
         };

@@ -32,6 +32,8 @@ pub enum FindingKind {
     HotPartition,
     /// The machine's CPUs are saturated by work that is not the stack's.
     BusyMachine,
+    /// More than a small share of the stage's requests failed.
+    FailedRequests,
 }
 
 impl FindingKind {
@@ -143,9 +145,57 @@ pub struct StageCounters {
     #[serde(default)]
     pub requests: u64,
     /// Cosmos calls the container answered over the stage, every client (its 429s are
-    /// [`Self::throttled_by_range`]).
+    /// [`Self::throttled_by_range`]); 0 where they are not counted.
     #[serde(default)]
     pub cosmos_calls: u64,
+    /// Entry requests in the stage's steady state (after its first tenth, the window
+    /// the traces are sampled from), as the load generator counted them…
+    #[serde(default)]
+    pub steady_requests: u64,
+    /// …and those of them that failed (an error, or an answer with a part missing).
+    #[serde(default)]
+    pub steady_failed: u64,
+    /// The stage's failed requests by outcome (`partial`, `http_5xx`, `timeout`…).
+    #[serde(default)]
+    pub failed_by_outcome: BTreeMap<String, u64>,
+}
+
+/// What the sample of traces shows of failed requests: the entry traces that answered
+/// with an error status, or with a part of the answer missing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureEvidence {
+    /// Entry traces in the sample that answered, whatever their status…
+    pub answered: usize,
+    /// …and those of them that failed.
+    pub failed: usize,
+    /// What most failed traces have in common; `None` when no trace failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_call: Option<FailingCall>,
+}
+
+impl FailureEvidence {
+    pub fn failed_share(&self) -> f64 {
+        if self.answered == 0 {
+            0.0
+        } else {
+            self.failed as f64 / self.answered as f64
+        }
+    }
+}
+
+/// The call failed traces share: the first call below the entry that failed, and the
+/// deepest failure under it, where the failure began.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailingCall {
+    /// `gateway GET deliveries (HTTP 503)`.
+    pub call: String,
+    /// `delivery-service GET /api/deliveries (HTTP 503)`; the call itself when nothing
+    /// below it failed.
+    pub origin: String,
+    /// Why the origin failed: `HTTP 503`, `Cosmos 429`, `timeout`…
+    pub cause: String,
+    /// Failed traces with this call and origin.
+    pub traces: usize,
 }
 
 /// One figure as the sample of traces shows it and as the stage's counters do, and
@@ -223,6 +273,17 @@ impl StageCounters {
         (self.cosmos_calls > 0).then(|| throttled as f64 / self.cosmos_calls as f64)
     }
 
+    /// The share of the steady state's requests that failed (`None` without requests
+    /// counted).
+    pub fn failed_share(&self) -> Option<f64> {
+        (self.steady_requests > 0).then(|| self.steady_failed as f64 / self.steady_requests as f64)
+    }
+
+    /// Whether the container's Cosmos counters were read (the load's counts always are).
+    pub fn cosmos_counted(&self) -> bool {
+        self.cosmos_calls > 0 || !self.ru_by_range.is_empty()
+    }
+
     /// Metadata reads per entry request, where both were counted.
     pub fn metadata_reads_per_request(&self) -> Option<f64> {
         let reads = self.metadata_reads?;
@@ -258,6 +319,9 @@ pub struct CosmosEvidence {
     pub service: String,
     pub calls_per_operation: f64,
     pub ru_per_operation: f64,
+    /// The standard error of [`Self::ru_per_operation`] over the sample's traces.
+    #[serde(default)]
+    pub ru_per_operation_se: f64,
     pub throttled_per_operation: f64,
     /// Throttled attempts / all attempts.
     pub throttled_share: f64,

@@ -5,13 +5,17 @@
 //!   waits, fan-out concurrency, partition key ranges); the trace viewer serves it;
 //! - [`diagnosis`]: an operation's traces judged by the study's rules (throttling, serial
 //!   fan-out, cross-partition cost), with evidence and the next step;
+//! - [`failure`]: which entry traces failed, and the call that failed in them;
+//! - [`consistency`]: the sample's figures beside the stage's counters;
 //! - `client` (feature `client`): reads traces from any Jaeger-compatible query API and
 //!   diagnoses a window of them; `loadtest diagnose` and the tuning run use it.
 
 #[cfg(feature = "client")]
 pub mod client;
+pub mod consistency;
 pub mod diagnosis;
 pub mod evidence;
+pub mod failure;
 pub mod jaeger;
 pub mod rules;
 pub mod summary;

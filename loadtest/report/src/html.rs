@@ -236,14 +236,8 @@ fn diagnosis(stage: &StageReport) -> String {
                 escape(&f.next_step)
             );
         }
-        for c in d.consistency.iter().filter(|c| !c.agree) {
-            let _ = write!(
-                out,
-                "<div class='finding also'>The traces disagree with the stage's counters: {} {:.4} in the sample, {:.4} counted</div>",
-                escape(&c.figure),
-                c.sample,
-                c.stage
-            );
+        for caveat in d.caveats() {
+            let _ = write!(out, "<div class='finding also'>{}</div>", escape(&caveat));
         }
     }
     if let Some(warning) = stage.spans.as_ref().and_then(|s| s.warning()) {

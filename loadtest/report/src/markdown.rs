@@ -132,12 +132,8 @@ impl StageReport {
                     f.next_step
                 );
             }
-            for c in d.consistency.iter().filter(|c| !c.agree) {
-                let _ = writeln!(
-                    out,
-                    "  - the traces disagree with the stage's counters: {} {:.4} in the sample, {:.4} counted",
-                    c.figure, c.sample, c.stage
-                );
+            for caveat in d.caveats() {
+                let _ = writeln!(out, "  - {caveat}");
             }
         }
         if let Some(warning) = self.spans.as_ref().and_then(|s| s.warning()) {

@@ -119,11 +119,13 @@ fn one_second() -> u64 {
 }
 
 impl StageReport {
-    /// What the diagnosis weighs beside the traces: the stage's Cosmos counters over its
-    /// `seconds` (`None` where the per-range counters were not read, as on Azure).
-    pub fn stage_counters(&self, seconds: f64) -> Option<StageCounters> {
+    /// What the diagnosis weighs beside the traces: the load's counts and the stage's
+    /// Cosmos counters over its `seconds` (those empty where they were not read, as on
+    /// Azure without metrics access).
+    pub fn stage_counters(&self, seconds: f64) -> StageCounters {
         let c = &self.cosmos;
-        (!c.ru_by_range.is_empty()).then(|| StageCounters {
+        let (steady_requests, steady_failed) = self.steady_counts();
+        StageCounters {
             seconds,
             ru_budget_per_range: c.provisioned_ru_per_partition,
             ru_by_range: c.ru_by_range.clone(),
@@ -132,7 +134,28 @@ impl StageReport {
             metadata_reads: c.metadata_reads,
             requests: self.requests,
             cosmos_calls: c.requests,
-        })
+            steady_requests,
+            steady_failed,
+            failed_by_outcome: self
+                .outcomes
+                .iter()
+                .filter(|(outcome, n)| !matches!(outcome, Outcome::Ok) && **n > 0)
+                .map(|(outcome, n)| (outcome.name().to_owned(), *n))
+                .collect(),
+        }
+    }
+
+    /// Requests and failed requests after the stage's first tenth (its steady state, the
+    /// window its traces are sampled from), from the load's series.
+    fn steady_counts(&self) -> (u64, u64) {
+        let end = self.series.last().map_or(0, |s| s.t + self.interval_secs);
+        let warm_up = end / 10;
+        self.series
+            .iter()
+            .filter(|s| s.t >= warm_up)
+            .fold((0, 0), |(requests, failed), s| {
+                (requests + s.requests, failed + s.errors)
+            })
     }
 
     /// The stage's trace links with their labels.

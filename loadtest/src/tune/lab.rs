@@ -147,10 +147,13 @@ mod tests {
                 Some(kind.replace('-', "_").as_str()),
                 "{kind}: the antipattern first"
             );
-            assert_eq!(
-                pair.last().and_then(|s| s.expect.as_deref()),
-                Some("no_cosmos_bottleneck"),
-                "{kind}: its fix last"
+            // The fix last, expecting no antipattern (a fix may leave requests failing:
+            // the retry budget answers without the overloaded backend's section).
+            let fix = pair.last().and_then(|s| s.expect.as_deref()).unwrap_or("");
+            let expected = FindingKind::parse_list(fix).unwrap_or_default();
+            assert!(
+                !expected.is_empty() && expected.iter().all(|k| k.about().is_none()),
+                "{kind}: its fix last, expecting no antipattern: {fix:?}"
             );
         }
     }

@@ -167,15 +167,10 @@ async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: 
                 diagnosis.weigh_cpu(cpu);
             }
             let seconds = end_us.saturating_sub(start_us) as f64 / 1e6;
-            if let Some(counters) = report.stage_counters(seconds) {
-                diagnosis.weigh_counters(counters);
-            }
+            diagnosis.weigh_counters(report.stage_counters(seconds));
             diagnosis.check_half_sample();
-            for c in diagnosis.consistency.iter().filter(|c| !c.agree) {
-                eprintln!(
-                    "  the traces disagree with the stage's counters: {} {:.4} in the sample, {:.4} counted",
-                    c.figure, c.sample, c.stage
-                );
+            for caveat in diagnosis.caveats() {
+                eprintln!("  {caveat}");
             }
             eprintln!("  sample: {}", diagnosis.sample);
             for (i, finding) in diagnosis.findings.iter().enumerate() {

@@ -339,3 +339,155 @@ async fn the_ui_draws_the_waterfall_of_a_real_trace() {
         "titled by its root span"
     );
 }
+
+/// The emulator's counters for utilization-service's container: calls answered (2xx and
+/// 429) and 429s by partition.
+async fn utilization_counters(
+    emulator: &url::Url,
+) -> (u64, std::collections::BTreeMap<String, u64>) {
+    let stats: cosmos_emulator::Stats = reqwest::get(format!("{emulator}_emulator/stats"))
+        .await
+        .expect("stats answered")
+        .json()
+        .await
+        .expect("stats JSON");
+    let container = stats
+        .databases
+        .iter()
+        .flat_map(|d| d.containers.iter())
+        .find(|c| c.id == Container::Utilization.name())
+        .expect("the utilization container");
+    let ok: u64 = container
+        .partitions
+        .iter()
+        .flat_map(|p| p.counters.requests_by_status.iter())
+        .filter(|(status, _)| status.starts_with('2'))
+        .map(|(_, n)| n)
+        .sum();
+    let throttled = container
+        .partitions
+        .iter()
+        .map(|p| (p.id.clone(), p.counters.throttled_requests))
+        .collect();
+    (ok + container.throttled_requests, throttled)
+}
+
+/// utilization-service exports no spans (as a service outside the tracing setup, or
+/// sampled away, would not): its throttled Cosmos calls are missing from every trace.
+/// The emulator's counters still show them, so the diagnosis names throttling from the
+/// counters and says that the traces disagree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn throttling_hidden_from_the_traces_is_named_from_the_counters() {
+    use trace_analysis::diagnosis::{diagnose_with_half, entry_traces, FindingKind, StageCounters};
+
+    let viewer = start_viewer().await;
+    let stack = TestStack::start(2).await;
+    stack.set_throughput(Container::Utilization, 20).await;
+    let exported = |name: &'static str| {
+        Telemetry::otlp_to(name, OtlpProtocol::Grpc, &viewer.grpc).expect("exporter")
+    };
+    let telemetries = [
+        exported("delivery-service"),
+        exported("package-service"),
+        exported("gateway"),
+    ];
+    let delivery = stack.delivery(telemetries[0].clone()).await;
+    let package = stack.package(telemetries[1].clone()).await;
+    let utilization = stack
+        .utilization(Telemetry::disabled(), knobs("0", false))
+        .await;
+    let gateway = start_gateway(
+        &gateway::GatewayArgs::with_backends(delivery.url(), package.url(), utilization.url()),
+        telemetries[2].clone(),
+    )
+    .await;
+    let (calls_before, throttled_before) = utilization_counters(&stack.emulator.url()).await;
+
+    const REQUESTS: usize = 12;
+    let calls: Vec<_> = (0..REQUESTS)
+        .map(|i| {
+            let url = format!(
+                "http://{}/api/invoices?{}",
+                gateway.addr,
+                owner_month(i % 3, i % 2)
+            );
+            tokio::spawn(async move {
+                let r = reqwest::get(url).await.expect("answered");
+                let status = r.status().as_u16();
+                let body: Value = r.json().await.expect("invoice JSON");
+                status != 200 || body["partial"] == Value::Bool(true)
+            })
+        })
+        .collect();
+    let mut failed = 0;
+    for call in calls {
+        failed += u64::from(call.await.expect("task"));
+    }
+    tokio::task::spawn_blocking(move || telemetries.iter().for_each(Telemetry::shutdown))
+        .await
+        .expect("flushed");
+    let (calls_after, throttled_after) = utilization_counters(&stack.emulator.url()).await;
+    let counters = StageCounters {
+        seconds: 10.0,
+        cosmos_calls: calls_after - calls_before,
+        throttled_by_range: throttled_after
+            .into_iter()
+            .map(|(range, n)| {
+                let before = throttled_before.get(&range).copied().unwrap_or(0);
+                (range, n - before)
+            })
+            .collect(),
+        requests: REQUESTS as u64,
+        steady_requests: REQUESTS as u64,
+        steady_failed: failed,
+        ..StageCounters::default()
+    };
+    let counted = counters.throttled_share().expect("calls counted");
+    assert!(
+        counted >= 0.05,
+        "20 RU/s throttles the container: {counted}"
+    );
+
+    let (_, found) = get_json(&format!(
+        "{}/api/traces?service=gateway&operation={}&limit=100",
+        viewer.ui,
+        percent("GET /api/invoices")
+    ))
+    .await;
+    let found: Envelope<Vec<Trace>> = serde_json::from_value(found).expect("Jaeger traces");
+    let entry = entry_traces(&found.data, "gateway", "GET /api/invoices");
+    assert_eq!(entry.len(), REQUESTS, "every request traced at the gateway");
+    let mut diagnosis = diagnose_with_half(&entry, "gateway");
+    assert_eq!(
+        diagnosis.cosmos.throttled_share, 0.0,
+        "no throttled attempt in the traces"
+    );
+    assert!(
+        !diagnosis.kinds().contains(&FindingKind::Throttling),
+        "the traces alone miss it: {:?}",
+        diagnosis.kinds()
+    );
+
+    diagnosis.weigh_counters(counters);
+    let kinds = diagnosis.kinds();
+    assert!(kinds.contains(&FindingKind::Throttling), "{kinds:?}");
+    assert!(
+        !kinds.contains(&FindingKind::NoCosmosBottleneck),
+        "{kinds:?}"
+    );
+    let throttled = diagnosis
+        .consistency
+        .iter()
+        .find(|c| c.figure == "throttled share of Cosmos calls")
+        .expect("the throttled share compared");
+    assert_eq!(throttled.sample, 0.0);
+    assert!(!throttled.agree, "{throttled:?}");
+    assert!(
+        diagnosis.caveats().iter().any(
+            |c| c.starts_with("the traces disagree with the stage's counters: throttled share")
+        ),
+        "{:?}",
+        diagnosis.caveats()
+    );
+    drop((gateway, utilization, package, delivery, stack));
+}

@@ -69,7 +69,10 @@ impl Rule for HotPartition {
         if !piled {
             return None;
         }
-        let consumption_by_range = e.counters.map_or(&c.ru_share_by_range, |k| &k.ru_by_range);
+        let consumption_by_range = e
+            .counters
+            .filter(|k| !k.ru_by_range.is_empty())
+            .map_or(&c.ru_share_by_range, |k| &k.ru_by_range);
         let room = others_over_hot(consumption_by_range, &c.hottest_range)?;
         if room > OTHERS_ROOM {
             return None;

@@ -10,6 +10,7 @@ mod busy_machine;
 mod chatty_io;
 mod cpu_limit;
 mod cross_partition_cost;
+mod failed_requests;
 mod hot_partition;
 mod improper_instantiation;
 mod no_caching;
@@ -24,8 +25,8 @@ mod throttling;
 pub(crate) mod testing;
 
 use crate::evidence::{
-    BackendShare, CosmosEvidence, CpuEvidence, Finding, FindingKind, RepeatEvidence, RetryEvidence,
-    StageCounters,
+    BackendShare, CosmosEvidence, CpuEvidence, FailureEvidence, Finding, FindingKind,
+    RepeatEvidence, RetryEvidence, StageCounters,
 };
 
 /// What the rules read: the figures of a sample of traces, and what the stage measured
@@ -39,6 +40,7 @@ pub struct Evidence<'a> {
     pub cosmos: &'a CosmosEvidence,
     pub retries: &'a RetryEvidence,
     pub repeats: &'a RepeatEvidence,
+    pub failures: &'a FailureEvidence,
     /// The stage's Cosmos counters (every client of the container), when measured.
     pub counters: Option<&'a StageCounters>,
     /// The stage's CPU measurement, when taken.
@@ -53,9 +55,10 @@ pub trait Rule: Sync {
 
 /// Every rule, in the order of what to fix first: a retry storm multiplies whatever
 /// else fails; a neighbour's or a hot partition's 429s explain throttling before more
-/// RU/s is bought; the lab's antipatterns next; the study's query shapes; the machine
-/// last (it is about where the figures were measured).
-pub const RULES: [&dyn Rule; 12] = [
+/// RU/s is bought; the lab's antipatterns next; the study's query shapes; failed
+/// requests after the causes that explain them; the machine last (it is about where the
+/// figures were measured).
+pub const RULES: [&dyn Rule; 13] = [
     &retry_storm::RetryStorm,
     &noisy_neighbor::NoisyNeighbor,
     &hot_partition::HotPartition,
@@ -66,6 +69,7 @@ pub const RULES: [&dyn Rule; 12] = [
     &serial_fan_out::SerialFanOut,
     &cross_partition_cost::CrossPartitionCost,
     &no_caching::NoCaching,
+    &failed_requests::FailedRequests,
     &busy_machine::BusyMachine,
     &cpu_limit::CpuLimit,
 ];

@@ -13,11 +13,20 @@ pub(crate) fn finding(e: &Evidence, cpu_named: bool) -> Finding {
         .first()
         .map(|b| format!("; {} is {} of latency", b.service, pct(b.share_of_latency)))
         .unwrap_or_default();
+    // How much was throttled and failed: the stage's counters where they were read
+    // (below the rules' lines, or this would not be the finding), else the sample.
+    let throttled = match e.counters.and_then(|k| k.throttled_share()) {
+        Some(share) => format!("{} of the container's calls throttled", pct(share)),
+        None => format!("{} throttled", pct(c.throttled_share)),
+    };
+    let failed = match e.counters.and_then(|k| k.failed_share()) {
+        Some(share) => format!(", {} of requests failed", pct(share)),
+        None => String::new(),
+    };
     let mut evidence = format!(
-        "{:.2} calls and {:.1} RU per operation on a single partition key range, {} throttled, {:.0} ms mean latency{dominant}",
+        "{:.2} calls and {:.1} RU per operation on a single partition key range, {throttled}{failed}, {:.0} ms mean latency{dominant}",
         c.calls_per_operation,
         c.ru_per_operation,
-        pct(c.throttled_share),
         e.latency_us / 1e3
     );
     let next_step = match e.cpu {

@@ -1,8 +1,8 @@
 //! Evidence for the rules' unit tests: a quiet stage (one range, no 429s) to change.
 
 use crate::evidence::{
-    BackendShare, CosmosEvidence, CpuEvidence, FindingKind, RepeatEvidence, RetryEvidence,
-    StageCounters,
+    BackendShare, CosmosEvidence, CpuEvidence, FailureEvidence, FindingKind, RepeatEvidence,
+    RetryEvidence, StageCounters,
 };
 
 use super::{judge, Evidence};
@@ -14,6 +14,7 @@ pub struct Fixture {
     pub cosmos: CosmosEvidence,
     pub retries: RetryEvidence,
     pub repeats: RepeatEvidence,
+    pub failures: FailureEvidence,
     pub counters: Option<StageCounters>,
     pub cpu: Option<CpuEvidence>,
 }
@@ -30,6 +31,7 @@ impl Default for Fixture {
             },
             retries: RetryEvidence::default(),
             repeats: RepeatEvidence::default(),
+            failures: FailureEvidence::default(),
             counters: None,
             cpu: None,
         }
@@ -44,6 +46,7 @@ impl Fixture {
             cosmos: &self.cosmos,
             retries: &self.retries,
             repeats: &self.repeats,
+            failures: &self.failures,
             counters: self.counters.as_ref(),
             cpu: self.cpu.as_ref(),
         }
@@ -174,6 +177,7 @@ impl Fixture {
             own_ru,
             metadata_reads: Some(3),
             requests: 6000,
+            ..StageCounters::default()
         });
         self
     }
