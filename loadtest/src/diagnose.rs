@@ -44,6 +44,7 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), ClientError> {
         end_us: None,
         lookback: Some(args.lookback.clone()),
         limit: args.limit,
+        load_per_second: Vec::new(),
     };
     let (mut diagnosis, links) = diagnose_window(&api, &window).await?;
     diagnosis.sample = sample_text(&args, diagnosis.traces);

@@ -41,6 +41,9 @@ pub struct TraceWindow {
     pub end_us: Option<u64>,
     pub lookback: Option<String>,
     pub limit: u32,
+    /// Requests the load sent in each second from `start_us`, when known: a sample
+    /// draws from each slice in proportion to them ([`TraceApi::sample`]).
+    pub load_per_second: Vec<u64>,
 }
 
 /// Slices of a window a sample is drawn from, and the share of the window left out at
@@ -132,8 +135,12 @@ impl TraceApi {
 
     /// The window's traces drawn across it rather than its newest: the window after its
     /// first [`WARM_UP_SHARE`] (the load's first step, connections being opened) cut
-    /// into [`SLICES`] equal slices, the newest `limit / SLICES` of each. Without both
-    /// ends, the newest `limit`. Returns the traces and how they were drawn.
+    /// into [`SLICES`] equal slices, the newest of each in proportion to the requests
+    /// the load sent in it (equal shares without [`TraceWindow::load_per_second`]), so
+    /// that the sample's per-request figures weigh every request alike, as the stage's
+    /// counters do: under a rising step load, equal shares would weigh the first slices'
+    /// requests several times the last ones'. Without both ends, the newest `limit`.
+    /// Returns the traces and how they were drawn.
     pub async fn sample(&self, window: &TraceWindow) -> Result<(Vec<Trace>, String), ClientError> {
         let (Some(start), Some(end)) = (window.start_us, window.end_us) else {
             let traces = self.traces(window).await?;
@@ -142,9 +149,9 @@ impl TraceApi {
         };
         let from = start + ((end.saturating_sub(start)) as f64 * WARM_UP_SHARE) as u64;
         let width = end.saturating_sub(from) / SLICES;
-        let per_slice = (window.limit / SLICES as u32).max(1);
+        let quotas = slice_quotas(window, from - start, width);
         let mut traces: Vec<Trace> = Vec::new();
-        for i in 0..SLICES {
+        for (i, quota) in (0..SLICES).zip(&quotas).filter(|(_, q)| **q > 0) {
             let slice = TraceWindow {
                 start_us: Some(from + i * width),
                 end_us: Some(if i + 1 == SLICES {
@@ -152,7 +159,7 @@ impl TraceApi {
                 } else {
                     from + (i + 1) * width
                 }),
-                limit: per_slice,
+                limit: *quota,
                 ..window.clone()
             };
             for trace in self.traces(&slice).await? {
@@ -161,8 +168,13 @@ impl TraceApi {
                 }
             }
         }
+        let per_slice = if window.load_per_second.is_empty() {
+            format!("the newest {} of each", quotas[0])
+        } else {
+            "the newest of each in proportion to its requests".to_owned()
+        };
         let how = format!(
-            "{} traces: the newest {per_slice} of each of {SLICES} equal slices of the stage after its first {:.0}%",
+            "{} traces: {per_slice} of {SLICES} equal slices of the stage after its first {:.0}%",
             traces.len(),
             WARM_UP_SHARE * 100.0
         );
@@ -191,6 +203,39 @@ impl TraceApi {
                 .map(|t| t.trace_id.clone()),
         )
     }
+}
+
+/// How many traces each of the [`SLICES`] slices gives: `limit` shared in proportion
+/// to the requests of the seconds whose middle falls in the slice (`offset_us` from the
+/// window's start to the first slice, each `width_us` wide), at least one from a slice
+/// with requests; equal shares without the load's counts.
+fn slice_quotas(window: &TraceWindow, offset_us: u64, width_us: u64) -> Vec<u32> {
+    let equal = vec![(window.limit / SLICES as u32).max(1); SLICES as usize];
+    if width_us == 0 {
+        return equal;
+    }
+    let mut requests = vec![0u64; SLICES as usize];
+    for (second, n) in window.load_per_second.iter().enumerate() {
+        let middle = second as u64 * 1_000_000 + 500_000;
+        if let Some(slice) = middle.checked_sub(offset_us).map(|us| us / width_us) {
+            requests[slice.min(SLICES - 1) as usize] += n;
+        }
+    }
+    let total: u64 = requests.iter().sum();
+    if total == 0 {
+        return equal;
+    }
+    requests
+        .iter()
+        .map(|&n| {
+            let share = (f64::from(window.limit) * n as f64 / total as f64).round() as u32;
+            if n > 0 {
+                share.max(1)
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 pub fn pick_links(api: &TraceApi, traces: &[&Trace], throttled: Option<String>) -> TraceLinks {
@@ -249,6 +294,38 @@ pub async fn diagnose_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn window(load_per_second: Vec<u64>) -> TraceWindow {
+        TraceWindow {
+            service: "gateway".into(),
+            operation: "GET /api/invoices".into(),
+            start_us: Some(0),
+            end_us: Some(100_000_000),
+            lookback: None,
+            limit: 600,
+            load_per_second,
+        }
+    }
+
+    #[test]
+    fn slices_give_traces_in_proportion_to_their_requests() {
+        // 100 s, the first 10 left out, ten slices of 9 s; the rate rises from 10 to
+        // 100 requests a second: the last slice gives about ten times the first's.
+        let rising: Vec<u64> = (0..100).map(|s| 10 + s * 90 / 99).collect();
+        let quotas = slice_quotas(&window(rising), 10_000_000, 9_000_000);
+        assert_eq!(quotas.len(), 10);
+        assert!(quotas[9] > 3 * quotas[0], "{quotas:?}");
+        let total: u32 = quotas.iter().sum();
+        assert!((595..=605).contains(&total), "{quotas:?}");
+        // A slice without requests gives none; without the load's counts, equal shares.
+        let mut gap = vec![50; 100];
+        gap[10..19].iter_mut().for_each(|n| *n = 0);
+        assert_eq!(slice_quotas(&window(gap), 10_000_000, 9_000_000)[0], 0);
+        assert_eq!(
+            slice_quotas(&window(Vec::new()), 10_000_000, 9_000_000),
+            vec![60; 10]
+        );
+    }
 
     #[test]
     fn links_and_requests_keep_a_base_path() {

@@ -15,6 +15,9 @@ use crate::evidence::{Consistency, CosmosEvidence, FailureEvidence, StageCounter
 /// drawn after the stage's first tenth, the counters cover its edges).
 const SHARE_FLOOR: f64 = 0.01;
 const MEAN_FLOOR: f64 = 0.05;
+/// Other clients' share of the container's request units from which the throttled
+/// share's comparison says they are in the counters.
+const OTHERS_NOTED: f64 = 0.05;
 /// Agreement within three standard errors of the sample's figure.
 const STANDARD_ERRORS: f64 = 3.0;
 
@@ -32,12 +35,19 @@ pub fn compare(sample: &Sample, counters: &StageCounters) -> Vec<Consistency> {
     let cosmos = sample.cosmos;
     if let Some(stage) = counters.throttled_share() {
         let attempts = (cosmos.calls_per_operation * sample.traces as f64).round();
-        figures.push(share(
+        let mut throttled = share(
             "throttled share of Cosmos calls",
             cosmos.throttled_share,
             attempts,
             stage,
-        ));
+        );
+        if let Some(others) = counters.others_ru_share().filter(|s| *s >= OTHERS_NOTED) {
+            throttled.note = format!(
+                "the container's counters include other clients ({:.0}% of its request units), whose calls and 429s the traces do not hold",
+                others * 100.0
+            );
+        }
+        figures.push(throttled);
     }
     if let Some(stage) = counters.failed_share() {
         figures.push(share(
@@ -55,6 +65,7 @@ pub fn compare(sample: &Sample, counters: &StageCounters) -> Vec<Consistency> {
             sample: round(sample, 2),
             stage: round(stage, 2),
             agree: (sample - stage).abs() <= margin,
+            note: String::new(),
         });
     }
     figures
@@ -75,6 +86,7 @@ fn share(figure: &str, sample: f64, n: f64, stage: f64) -> Consistency {
         sample: round(sample, 4),
         stage: round(stage, 4),
         agree,
+        note: String::new(),
     }
 }
 
@@ -187,6 +199,50 @@ mod tests {
             &counters,
         );
         assert!(!figure(&blind, "throttled share").agree);
+    }
+
+    #[test]
+    fn a_neighbours_429s_in_the_counters_are_noted() {
+        // The lab's shared container: 61 % of every client's calls throttled, 47 % of
+        // the service's; 17 % of the container's request units were another workload's.
+        let counters = StageCounters {
+            throttled_by_range: [("5".into(), 8170)].into(),
+            cosmos_calls: 13_418,
+            ru_by_range: [("5".into(), 19_239.0)].into(),
+            own_ru: 16_000.0,
+            ..StageCounters::default()
+        };
+        let c = cosmos(1.9, 0.4748, 3.4, 0.01);
+        let f = failures(575, 1);
+        let shared = compare(
+            &Sample {
+                traces: 575,
+                cosmos: &c,
+                failures: &f,
+            },
+            &counters,
+        );
+        let throttled = figure(&shared, "throttled share");
+        assert!(!throttled.agree);
+        assert!(
+            throttled.note.contains("other clients (17% of"),
+            "{}",
+            throttled.note
+        );
+        // The service alone on its container: nothing to note.
+        let alone = StageCounters {
+            ru_by_range: [("5".into(), 16_100.0)].into(),
+            ..counters
+        };
+        let own = compare(
+            &Sample {
+                traces: 575,
+                cosmos: &c,
+                failures: &f,
+            },
+            &alone,
+        );
+        assert!(figure(&own, "throttled share").note.is_empty());
     }
 
     #[test]

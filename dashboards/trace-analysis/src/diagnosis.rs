@@ -171,8 +171,13 @@ impl Diagnosis {
             .iter()
             .filter(|c| !c.agree)
             .map(|c| {
+                let note = if c.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", c.note)
+                };
                 format!(
-                    "the traces disagree with the stage's counters: {} {} in the sample, {} counted",
+                    "the traces disagree with the stage's counters: {} {} in the sample, {} counted{note}",
                     c.figure, c.sample, c.stage
                 )
             })

@@ -206,6 +206,9 @@ pub struct Consistency {
     pub sample: f64,
     pub stage: f64,
     pub agree: bool,
+    /// Why the two may differ without either being wrong, when the counters know.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
 }
 
 /// One range's consumption over the stage, split into the service's and the rest.
@@ -277,6 +280,13 @@ impl StageCounters {
     /// counted).
     pub fn failed_share(&self) -> Option<f64> {
         (self.steady_requests > 0).then(|| self.steady_failed as f64 / self.steady_requests as f64)
+    }
+
+    /// The share of the container's request units over the stage that were not the
+    /// diagnosed service's (`None` where either was not counted).
+    pub fn others_ru_share(&self) -> Option<f64> {
+        let all: f64 = self.ru_by_range.values().sum();
+        (self.own_ru > 0.0 && all > 0.0).then(|| (1.0 - self.own_ru / all).max(0.0))
     }
 
     /// Whether the container's Cosmos counters were read (the load's counts always are).

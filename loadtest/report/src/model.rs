@@ -145,6 +145,16 @@ impl StageReport {
         }
     }
 
+    /// The load's requests in each second of the stage (an interval of several seconds
+    /// spread evenly over them).
+    pub fn requests_per_second(&self) -> Vec<u64> {
+        let secs = self.interval_secs.max(1);
+        self.series
+            .iter()
+            .flat_map(|s| std::iter::repeat_n(s.requests / secs, secs as usize))
+            .collect()
+    }
+
     /// Requests and failed requests after the stage's first tenth (its steady state, the
     /// window its traces are sampled from), from the load's series.
     fn steady_counts(&self) -> (u64, u64) {

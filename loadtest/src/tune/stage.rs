@@ -160,6 +160,7 @@ async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: 
         end_us: Some(end_us),
         lookback: None,
         limit: TRACES_PER_DIAGNOSIS,
+        load_per_second: report.requests_per_second(),
     };
     match client::diagnose_window(api, &window).await {
         Ok((mut diagnosis, links)) => {
