@@ -323,6 +323,21 @@ fn standard_error(values: impl Iterator<Item = f64>) -> f64 {
     (variance / n as f64).sqrt()
 }
 
+/// The standard error of a ratio Σy / Σx over a sample of units (y, x): the
+/// linearized (delta-method) estimate, each unit's residual y − r·x (0 for fewer than two
+/// units, or no x).
+fn ratio_standard_error(units: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let units: Vec<(f64, f64)> = units.collect();
+    let n = units.len();
+    let x: f64 = units.iter().map(|u| u.1).sum();
+    if n < 2 || x <= 0.0 {
+        return 0.0;
+    }
+    let r = units.iter().map(|u| u.0).sum::<f64>() / x;
+    let residuals: f64 = units.iter().map(|(y, x)| (y - r * x).powi(2)).sum();
+    (residuals * n as f64 / (n - 1) as f64).sqrt() / x
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -542,6 +557,14 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
         } else {
             0.0
         },
+        throttled_share_se: round(
+            ratio_standard_error(summaries.iter().map(|s| {
+                s.service(service).map_or((0.0, 0.0), |x| {
+                    (x.cosmos_throttled as f64, x.cosmos_attempts as f64)
+                })
+            })),
+            4,
+        ),
         retry_wait_share: if server_time > 0 {
             round((waiting as f64 / server_time as f64).min(1.0), 4)
         } else {
@@ -763,6 +786,20 @@ mod tests {
             near.sample
         );
         assert!(near.half_sample.is_none());
+    }
+
+    #[test]
+    fn a_ratios_error_over_units() {
+        // Every unit alike: no spread.
+        assert_eq!(ratio_standard_error([(1.0, 2.0); 50].into_iter()), 0.0);
+        // 100 independent attempts, 30 throttled: the binomial error, ~4.6 points.
+        let units = (0..100).map(|i| (if i < 30 { 1.0 } else { 0.0 }, 1.0));
+        let se = ratio_standard_error(units);
+        assert!((se - (0.3f64 * 0.7 / 100.0).sqrt()).abs() < 0.001, "{se}");
+        // The same 30 of 100 attempts in 10 traces that are all or nothing: wider.
+        let clustered = (0..10).map(|i| (if i < 3 { 10.0 } else { 0.0 }, 10.0));
+        assert!(ratio_standard_error(clustered) > 2.0 * se);
+        assert_eq!(ratio_standard_error(std::iter::once((1.0, 1.0))), 0.0);
     }
 
     #[test]

@@ -155,6 +155,12 @@ pub struct StageCounters {
     /// …and those of them that failed (an error, or an answer with a part missing).
     #[serde(default)]
     pub steady_failed: u64,
+    /// Cosmos calls the container answered in the steady state, and the 429s among them
+    /// (0: no per-second counts; the stage's totals are used).
+    #[serde(default)]
+    pub steady_cosmos_calls: u64,
+    #[serde(default)]
+    pub steady_throttled: u64,
     /// The stage's failed requests by outcome (`partial`, `http_5xx`, `timeout`…).
     #[serde(default)]
     pub failed_by_outcome: BTreeMap<String, u64>,
@@ -269,9 +275,13 @@ impl StageCounters {
         self.ranges(c).into_iter().find(|r| r.range == range)
     }
 
-    /// The share of the container's Cosmos calls that were throttled over the stage,
-    /// every client (`None` without calls counted).
+    /// The share of the container's Cosmos calls that were throttled, every client: in
+    /// the steady state where it was counted per second, else over the stage (`None`
+    /// without calls counted).
     pub fn throttled_share(&self) -> Option<f64> {
+        if self.steady_cosmos_calls > 0 {
+            return Some(self.steady_throttled as f64 / self.steady_cosmos_calls as f64);
+        }
         let throttled: u64 = self.throttled_by_range.values().sum();
         (self.cosmos_calls > 0).then(|| throttled as f64 / self.cosmos_calls as f64)
     }
@@ -335,6 +345,10 @@ pub struct CosmosEvidence {
     pub throttled_per_operation: f64,
     /// Throttled attempts / all attempts.
     pub throttled_share: f64,
+    /// The standard error of [`Self::throttled_share`], the traces taken as the sample's
+    /// units (a trace's attempts are not independent: its retries follow its 429s).
+    #[serde(default)]
+    pub throttled_share_se: f64,
     /// Time from sending a 429'd attempt to sending its retry / the service's time.
     pub retry_wait_share: f64,
     /// Median over operations of the most attempts in flight at once.

@@ -434,21 +434,29 @@ impl Store {
         }
     }
 
-    /// Runs `render` on each matching trace, newest first, up to `query.limit` traces
-    /// and [`MAX_SEARCH_BYTES`] of stored spans (the newest that fit). The store's lock
-    /// is held only to pick the traces: rendering them, the costly part, leaves ingest
-    /// free.
+    /// Runs `render` on each matching trace, newest first by start time (Jaeger's
+    /// order), up to `query.limit` traces and [`MAX_SEARCH_BYTES`] of stored spans (the
+    /// newest that fit). Every stored trace is considered: the first seen are not the
+    /// newest (a trace is seen when its first span arrives, and a long trace's first
+    /// span can come after a shorter one that started later), and a sample drawn "the
+    /// newest of a window" by arrival favoured some shapes of trace over others. The
+    /// store's lock is held only to pick the traces: rendering them, the costly part,
+    /// leaves ingest free.
     pub fn find<R>(&self, query: &TraceQuery, mut render: impl FnMut(&Trace) -> R) -> Vec<R> {
-        let mut matches: Vec<Arc<Trace>> = {
+        let matches: Vec<Arc<Trace>> = {
             let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-            let mut bytes = 0;
-            let mut picked = Vec::new();
-            let candidates = inner
+            let mut candidates: Vec<&Arc<Trace>> = inner
                 .order
                 .iter()
                 .rev()
-                .filter_map(|id| inner.traces.get(id));
-            for trace in candidates.filter(|t| t.spans.iter().any(|s| query.matches(s))) {
+                .filter_map(|id| inner.traces.get(id))
+                .filter(|t| t.spans.iter().any(|s| query.matches(s)))
+                .collect();
+            // Stable: traces that started together keep the latest arrived first.
+            candidates.sort_by_key(|t| std::cmp::Reverse(t.start_ns));
+            let mut bytes = 0;
+            let mut picked = Vec::new();
+            for trace in candidates {
                 bytes += trace.bytes;
                 if picked.len() >= query.limit || (bytes > MAX_SEARCH_BYTES && !picked.is_empty()) {
                     break;
@@ -457,7 +465,6 @@ impl Store {
             }
             picked
         };
-        matches.sort_by_key(|t| std::cmp::Reverse(t.start_ns));
         matches.iter().map(|t| render(t)).collect()
     }
 
@@ -633,6 +640,29 @@ mod tests {
         assert_eq!(parse_trace_id(&to_hex(&id)), Some(id));
         assert_eq!(parse_trace_id("xyz"), None);
         assert_eq!(parse_trace_id(&"f".repeat(33)), None);
+    }
+
+    #[test]
+    fn a_search_gives_the_newest_by_start_time_not_by_arrival() {
+        let store = Store::new(Limits {
+            max_spans: 100,
+            max_bytes: 1 << 20,
+        });
+        // The trace that started at 200 ns arrives first, the one of 50 ns after it
+        // (a long trace whose spans were exported later).
+        store.ingest(batch(200, 1, 8));
+        store.ingest(batch(50, 1, 8));
+        let newest = |limit| {
+            store.find(
+                &TraceQuery {
+                    limit,
+                    ..TraceQuery::default()
+                },
+                |t| t.start_ns,
+            )
+        };
+        assert_eq!(newest(1), [200]);
+        assert_eq!(newest(5), [200, 50]);
     }
 
     /// `traces` traces of one span, each carrying `bytes` of attribute text.

@@ -125,6 +125,7 @@ impl StageReport {
     pub fn stage_counters(&self, seconds: f64) -> StageCounters {
         let c = &self.cosmos;
         let (steady_requests, steady_failed) = self.steady_counts();
+        let (steady_cosmos_calls, steady_throttled) = self.steady_cosmos_counts();
         StageCounters {
             seconds,
             ru_budget_per_range: c.provisioned_ru_per_partition,
@@ -136,6 +137,8 @@ impl StageReport {
             cosmos_calls: c.requests,
             steady_requests,
             steady_failed,
+            steady_cosmos_calls,
+            steady_throttled,
             failed_by_outcome: self
                 .outcomes
                 .iter()
@@ -143,6 +146,19 @@ impl StageReport {
                 .map(|(outcome, n)| (outcome.name().to_owned(), *n))
                 .collect(),
         }
+    }
+
+    /// The container's calls and 429s after the stage's first tenth, from the Cosmos
+    /// counters' per-second series (zeros without one).
+    fn steady_cosmos_counts(&self) -> (u64, u64) {
+        let end = self.cosmos_series.last().map_or(0, |s| s.t + 1);
+        let warm_up = end / 10;
+        self.cosmos_series
+            .iter()
+            .filter(|s| s.t >= warm_up)
+            .fold((0, 0), |(calls, throttled), s| {
+                (calls + s.ok + s.throttled, throttled + s.throttled)
+            })
     }
 
     /// The load's requests in each second of the stage (an interval of several seconds

@@ -61,8 +61,8 @@ impl Rule for FailedRequests {
                     "the 429s outlast the SDK's retries: remove the throttling and these requests stop failing".to_owned()
                 } else {
                     format!(
-                        "find why {} fails ({}): open one of its failed traces; until it answers, requests fail or lose that part",
-                        call.origin, call.cause
+                        "find why {} fails: open one of its failed traces; until it answers, requests fail or lose that part",
+                        call.origin
                     )
                 }
             }
