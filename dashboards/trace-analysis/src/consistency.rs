@@ -208,9 +208,9 @@ mod tests {
 
     #[test]
     fn a_traces_retries_widen_the_error_of_its_throttled_share() {
-        // A held-out stage: 75 % of 2,271 attempts in 572 traces, 70 % counted. Taken as
-        // independent attempts (binomial: 1 point) they disagree; over traces, whose
-        // retries follow their 429s, the error is 2 points and they agree.
+        // A held-out stage's first run: 75 % of 2,271 attempts in 572 traces, 70 %
+        // counted. Taken as independent attempts (binomial: 1 point) they disagree; with
+        // an error of 2 points over traces, whose retries follow their 429s, they agree.
         let counters = StageCounters {
             steady_cosmos_calls: 100_000,
             steady_throttled: 70_050,
