@@ -311,6 +311,36 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// The standard errors of two of the Cosmos service's figures over the sample's traces
+/// (a trace without the service counts as 0).
+struct SamplingErrors {
+    ru_per_operation: f64,
+    throttled_share: f64,
+}
+
+impl SamplingErrors {
+    fn of(summaries: &[TraceSummary], service: &str) -> Self {
+        Self {
+            ru_per_operation: round(
+                standard_error(
+                    summaries
+                        .iter()
+                        .map(|s| s.service(service).map_or(0.0, |x| x.request_units)),
+                ),
+                3,
+            ),
+            throttled_share: round(
+                ratio_standard_error(summaries.iter().map(|s| {
+                    s.service(service).map_or((0.0, 0.0), |x| {
+                        (x.cosmos_throttled as f64, x.cosmos_attempts as f64)
+                    })
+                })),
+                4,
+            ),
+        }
+    }
+}
+
 /// The standard error of the mean of `values` (0 for fewer than two).
 fn standard_error(values: impl Iterator<Item = f64>) -> f64 {
     let values: Vec<f64> = values.collect();
@@ -539,32 +569,19 @@ fn cosmos_evidence(summaries: &[TraceSummary], service: &str) -> CosmosEvidence 
     let waiting: u64 = per_op.iter().map(|s| s.retry_wait_us).sum();
     let with_attempts: Vec<_> = per_op.iter().filter(|s| s.cosmos_attempts > 0).collect();
     let hot = HottestRange::of(&per_op);
+    let errors = SamplingErrors::of(summaries, service);
     CosmosEvidence {
         service: service.to_owned(),
         calls_per_operation: round(attempts as f64 / n, 2),
         ru_per_operation: round(per_op.iter().map(|s| s.request_units).sum::<f64>() / n, 2),
-        ru_per_operation_se: round(
-            standard_error(
-                summaries
-                    .iter()
-                    .map(|s| s.service(service).map_or(0.0, |x| x.request_units)),
-            ),
-            3,
-        ),
+        ru_per_operation_se: errors.ru_per_operation,
         throttled_per_operation: round(throttled as f64 / n, 2),
         throttled_share: if attempts > 0 {
             round(throttled as f64 / attempts as f64, 4)
         } else {
             0.0
         },
-        throttled_share_se: round(
-            ratio_standard_error(summaries.iter().map(|s| {
-                s.service(service).map_or((0.0, 0.0), |x| {
-                    (x.cosmos_throttled as f64, x.cosmos_attempts as f64)
-                })
-            })),
-            4,
-        ),
+        throttled_share_se: errors.throttled_share,
         retry_wait_share: if server_time > 0 {
             round((waiting as f64 / server_time as f64).min(1.0), 4)
         } else {
