@@ -20,7 +20,7 @@ fn quick_capacity_orders_the_knees_within_each_stages_cap() {
         .args([
             "--target-rps",
             "100",
-            "--fail-on",
+            "--threshold",
             "4-partition-key:errors<=1%",
         ])
         .arg("--reports")

@@ -82,7 +82,24 @@ fn a_repeat_is_not_significant_and_parallel_queries_are() {
         ))
         .exists());
 
-    let stages = loadtest(&["compare", "--stages", "2-more-ru:3-parallel"], &[&a, &a]);
+    // Stages 2 and 3 differ in their query parallelism: refused unless asked for.
+    let refused = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["compare", "--stages", "2-more-ru:3-parallel"])
+        .args([&a, &a])
+        .output()
+        .expect("loadtest runs");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("stage settings: A "), "{said}");
+    let stages = loadtest(
+        &[
+            "compare",
+            "--allow-different",
+            "--stages",
+            "2-more-ru:3-parallel",
+        ],
+        &[&a, &a],
+    );
     let significant: Vec<&str> = verdicts(&stages)
         .iter()
         .filter(|(_, s)| *s)

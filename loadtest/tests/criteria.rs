@@ -1,4 +1,4 @@
-//! `--fail-on` and `--junit` through the real binary: against the local stack a passing
+//! `--threshold` and `--junit` through the real binary: against the local stack a passing
 //! criterion exits 0 and a failing one exits 1 naming it, both after the run's summary,
 //! and the JUnit file parses as XML with a test case per verdict. Bad criteria and
 //! criteria for stages that do not run are refused before any load.
@@ -26,7 +26,7 @@ fn run(gateway: &str, criteria: &[&str], junit: &Path) -> Output {
         "2",
     ]);
     for criterion in criteria {
-        command.args(["--fail-on", criterion]);
+        command.args(["--threshold", criterion]);
     }
     command
         .arg("--junit")
@@ -114,21 +114,30 @@ fn a_failing_criterion_exits_1_naming_it_and_passing_ones_exit_0() {
 fn bad_criteria_are_refused_before_any_load() {
     for (args, says) in [
         (
-            &["run", "--fail-on", "p42<1ms"][..],
+            &["run", "--threshold", "p42<1ms"][..],
             "\"p42\" is not a figure",
         ),
-        (&["run", "--fail-on", "errors<1"][..], "as a percentage"),
+        (&["run", "--threshold", "errors<1"][..], "as a percentage"),
         (
-            &["run", "--fail-on", "throttled<1%"][..],
+            &["run", "--threshold", "throttled<1%"][..],
             "measured by `tune` and `lab`",
         ),
         (
-            &["run", "--fail-on", "4-partition-key:p99<1s"][..],
+            &["run", "--threshold", "4-partition-key:p99<1s"][..],
             "`run` has no stages",
         ),
         (
-            &["tune", "--fail-on", "9-nope:p99<1s"][..],
+            &["tune", "--threshold", "9-nope:p99<1s"][..],
             "no stage \"9-nope\" in this run (1-baseline, 2-more-ru, 3-parallel, 4-partition-key)",
+        ),
+        // The old name, read the other way by Azure Load Testing: refused, not guessed.
+        (
+            &["run", "--fail-on", "p99<1000ms"][..],
+            "renamed --threshold, which states what must hold",
+        ),
+        (
+            &["tune", "--fail-on", "p99<1000ms"][..],
+            "renamed --threshold, which states what must hold",
         ),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))

@@ -109,6 +109,16 @@ pub struct IntervalSample {
     pub ok: u64,
     pub errors: u64,
     pub latency_ms: Percentiles,
+    /// The interval's latencies (µs, 2 significant figures, HDR V2 as base64): a stage's
+    /// percentiles recomputed over any of its intervals (`loadtest compare` resamples
+    /// them).
+    #[serde(
+        default,
+        serialize_with = "serialize_optional",
+        deserialize_with = "interval_optional",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency_histogram: Option<Histogram<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -381,6 +391,7 @@ impl LoadRecord {
                 ok,
                 errors: requests - ok,
                 latency_ms: Percentiles::of(&interval.latency),
+                latency_histogram: Some(interval.latency.clone()),
             });
         }
         let requests: u64 = outcomes.values().sum();

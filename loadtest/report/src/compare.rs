@@ -1,42 +1,43 @@
 //! Two runs side by side (`loadtest compare RUN_A RUN_B`): per stage, each figure of
-//! run A and of run B, the difference, and whether it is beyond noise.
+//! run A and of run B over the stage's steady state, the difference with its 95 %
+//! interval, as a share of A too, and whether it is significant.
 //!
-//! **The method**, the same for every figure: each figure has a per-second series in
-//! the report (throughput from the requests completed per interval; p50, p95 and p99
-//! from each interval's latency; RU and Cosmos calls per operation and 429s from the
-//! emulator's per-second counters; the CPU of dronelab's own processes from the resource
-//! samples). The
-//! difference of the two series' means is bootstrapped: [`RESAMPLES`] resamples of each
-//! series' seconds with replacement, from a fixed seed (the same reports always give the
-//! same answer), and the 2.5th and 97.5th percentiles of the resampled differences are
-//! its 95 % interval. A difference is **significant** when that interval excludes zero
-//! *and* it exceeds the figure's noise floor ([`Figure::noise_floor`]) relative to run
-//! A's mean. The bootstrap sees only the noise within a run; a repeat of the same run
-//! also moves between runs (the machine is shared: CPU frequency, neighbours, the trace
-//! viewer's growing store). The floors are that between-run noise as measured here
-//! (`tune --repeat 3 --profile quick` over stages 2–4 on the 2-core reference machine),
-//! rounded up with room; `tune --repeat` measures them on yours.
-//! Seconds of one run are not independent (a step load ramps), which widens the
-//! interval: the test is conservative and calls only clear changes significant. A
-//! figure with fewer than [`MIN_SAMPLES`] seconds on either side has too few samples.
+//! **The method** ([`crate::block_bootstrap`]): each figure is computed over the steady
+//! state — the seconds of the step load's plateau (its highest number of users) — from
+//! the report's per-second records: throughput from the requests answered per second;
+//! p50, p95 and p99 of the plateau's latencies merged from its per-second histograms
+//! (the percentile of all its requests, not a mean of per-second percentiles); RU and
+//! Cosmos calls per answered request from the emulator's per-second counters; 429s per
+//! second; the CPU of dronelab's own processes. The difference B − A is bootstrapped by
+//! blocks of consecutive seconds (circular block bootstrap, each run resampled on its
+//! own, the block length from each figure's per-second series), because seconds of a
+//! load test are autocorrelated: resampling single seconds made intervals too narrow.
+//! [`RESAMPLES`] resamples from a fixed seed (the same reports give the same answer).
 //!
-//! The figures shown are the report's own (the stage's throughput, its latency
-//! percentiles, RU and calls per operation, 429s, the mean CPU of its processes); the
-//! test reads
-//! their series.
+//! **Significant** means the difference's bootstrap p-value passes Holm's step-down
+//! correction over every figure compared in the run (the family: figures × stage pairs,
+//! at a family-wise 5 %), so comparing 32 figures does not call one of them different by
+//! chance alone. The interval shown is each figure's own 95 % interval, not adjusted.
+//!
+//! **What it does not measure**: a run's intervals see the noise within it. A repeat of
+//! the same run also moves between runs (a shared machine: CPU frequency, neighbours);
+//! with one run per side that between-run noise is not measured, and the output says
+//! so: a significant difference then says these two runs differ, not that the
+//! configurations do (`tune --repeat` measures the machine's spread).
 
 use std::fmt::Write as _;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
+use crate::block_bootstrap::{block_estimate, difference, mean_at, Difference, Side};
+use crate::interval_latencies::IntervalLatencies;
 use crate::model::{Report, StageReport};
 use crate::svg::{escape, line_chart, Series};
 
 /// Bootstrap resamples per figure.
 pub const RESAMPLES: usize = 2_000;
-/// Fewest per-second samples a side needs.
+/// Fewest steady-state seconds a side needs.
 pub const MIN_SAMPLES: usize = 5;
+/// The family-wise error rate of the significance verdicts (Holm).
+pub const FAMILY_ALPHA: f64 = 0.05;
 
 /// A figure compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,25 @@ pub enum Figure {
     CallsPerOperation,
     Throttled,
     Cpu,
+}
+
+/// A figure of one stage over its steady state: its per-second values (what the block
+/// length is chosen from) and its statistic of any selection of those seconds.
+struct SteadyFigure<'a> {
+    per_second: Vec<f64>,
+    statistic: Box<dyn Fn(&[usize]) -> f64 + 'a>,
+}
+
+impl SteadyFigure<'_> {
+    fn side(&self) -> Side<'_> {
+        let estimate = block_estimate(&self.per_second);
+        Side {
+            seconds: self.per_second.len(),
+            block: estimate.length,
+            spread: estimate.variance_correction.sqrt(),
+            statistic: &*self.statistic,
+        }
+    }
 }
 
 impl Figure {
@@ -69,23 +89,10 @@ impl Figure {
             Self::P50 => "p50 (ms)",
             Self::P95 => "p95 (ms)",
             Self::P99 => "p99 (ms)",
-            Self::RuPerOperation => "RU/op",
-            Self::CallsPerOperation => "Cosmos calls/op",
-            Self::Throttled => "429s",
+            Self::RuPerOperation => "RU/request",
+            Self::CallsPerOperation => "Cosmos calls/request",
+            Self::Throttled => "429s/s",
             Self::Cpu => "CPU (cores)",
-        }
-    }
-
-    /// The share of run A's mean a difference must exceed to be significant: the
-    /// largest difference measured between repeats of the same run, rounded up with
-    /// room (throughput and Cosmos figures moved ≤ 2 %, latency percentiles ≤ 5 %, the
-    /// CPU of the stack's processes up to 16 %).
-    pub fn noise_floor(self) -> f64 {
-        match self {
-            Self::Throughput | Self::RuPerOperation | Self::CallsPerOperation => 0.05,
-            Self::P50 | Self::P95 | Self::P99 => 0.10,
-            Self::Throttled => 0.25,
-            Self::Cpu => 0.30,
         }
     }
 
@@ -97,7 +104,7 @@ impl Figure {
         }
     }
 
-    /// The report's figure for the stage.
+    /// The report's whole-stage figure (for a run's spread).
     fn headline(self, s: &StageReport) -> f64 {
         match self {
             Self::Throughput => s.throughput_rps,
@@ -114,7 +121,93 @@ impl Figure {
         }
     }
 
-    /// The figure's per-second series: (seconds from the start, value).
+    /// The figure over the stage's steady state ([`steady_seconds`]); `None` where its
+    /// per-second records are missing (latency histograms, in a report written before
+    /// they were kept).
+    fn steady<'a>(self, s: &'a StageReport) -> Option<SteadyFigure<'a>> {
+        let steady = steady_seconds(s);
+        let per_second = s.interval_secs.max(1) as f64;
+        let quantile = |q: f64| -> Option<SteadyFigure<'a>> {
+            let histograms: Option<Vec<_>> = s
+                .series
+                .iter()
+                .filter(|i| steady.contains(&i.t))
+                .map(|i| i.latency_histogram.as_ref())
+                .collect();
+            let latencies = IntervalLatencies::new(&histograms?);
+            let per_second = (0..latencies.len())
+                .map(|i| latencies.quantile_ms(&[i], q))
+                .collect();
+            Some(SteadyFigure {
+                per_second,
+                statistic: Box::new(move |drawn| latencies.quantile_ms(drawn, q)),
+            })
+        };
+        let mean = |values: Vec<f64>| SteadyFigure {
+            statistic: {
+                let values = values.clone();
+                Box::new(move |drawn| mean_at(&values, drawn))
+            },
+            per_second: values,
+        };
+        // Per answered request: the seconds' sums over their answers, not a mean of
+        // per-second ratios.
+        let per_request = |pick: fn(&crate::model::CosmosSample) -> f64| {
+            let seconds: Vec<(f64, f64)> = s
+                .cosmos_series
+                .iter()
+                .filter(|c| steady.contains(&c.t))
+                .filter_map(|c| {
+                    let answered = s.series.iter().find(|i| i.t == c.t)?.ok as f64;
+                    (answered > 0.0).then(|| (pick(c), answered))
+                })
+                .collect();
+            SteadyFigure {
+                per_second: seconds.iter().map(|(x, n)| x / n).collect(),
+                statistic: Box::new(move |drawn| {
+                    let (x, n) = drawn.iter().fold((0.0, 0.0), |(x, n), &i| {
+                        (x + seconds[i].0, n + seconds[i].1)
+                    });
+                    if n > 0.0 {
+                        x / n
+                    } else {
+                        0.0
+                    }
+                }),
+            }
+        };
+        match self {
+            Self::Throughput => Some(mean(
+                s.series
+                    .iter()
+                    .filter(|i| steady.contains(&i.t))
+                    .map(|i| i.ok as f64 / per_second)
+                    .collect(),
+            )),
+            Self::P50 => quantile(0.50),
+            Self::P95 => quantile(0.95),
+            Self::P99 => quantile(0.99),
+            Self::RuPerOperation => Some(per_request(|c| c.ru_per_partition.iter().sum())),
+            Self::CallsPerOperation => Some(per_request(|c| (c.ok + c.throttled) as f64)),
+            Self::Throttled => Some(mean(
+                s.cosmos_series
+                    .iter()
+                    .filter(|c| steady.contains(&c.t))
+                    .map(|c| c.throttled as f64)
+                    .collect(),
+            )),
+            Self::Cpu => Some(mean(
+                s.resource_series
+                    .iter()
+                    .filter(|r| steady.contains(&r.t))
+                    .map(|r| r.cpu_cores.values().sum())
+                    .collect(),
+            )),
+        }
+    }
+
+    /// The figure's per-second series over the whole stage, for the charts: (seconds
+    /// from the start, value).
     pub fn series(self, s: &StageReport) -> Vec<(f64, f64)> {
         let per_second = s.interval_secs.max(1) as f64;
         let answered = |t: u64| {
@@ -167,12 +260,25 @@ impl Figure {
     }
 }
 
+/// The seconds of a stage's steady state: those of its load's plateau (the most users
+/// it ran) that answered a request.
+pub fn steady_seconds(s: &StageReport) -> std::collections::BTreeSet<u64> {
+    let most = s.series.iter().map(|i| i.users).max().unwrap_or(0);
+    s.series
+        .iter()
+        .filter(|i| i.users == most && i.requests > 0)
+        .map(|i| i.t)
+        .collect()
+}
+
 /// Whether a difference is beyond noise.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Significance {
     Significant,
     NotSignificant,
     TooFewSamples,
+    /// The report holds no per-second latency histograms (written before they were).
+    NotRecorded,
 }
 
 impl Significance {
@@ -181,6 +287,7 @@ impl Significance {
             Self::Significant => "significant",
             Self::NotSignificant => "not significant",
             Self::TooFewSamples => "too few samples",
+            Self::NotRecorded => "not recorded",
         }
     }
 }
@@ -189,10 +296,11 @@ impl Significance {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FigureComparison {
     pub figure: Figure,
+    /// The figure over each run's steady state.
     pub a: f64,
     pub b: f64,
-    /// The 95 % interval of the difference of the per-second means (B − A).
-    pub interval: Option<(f64, f64)>,
+    /// The bootstrap of B − A, where both sides had enough seconds.
+    pub difference: Option<Difference>,
     pub significance: Significance,
 }
 
@@ -201,43 +309,61 @@ pub struct FigureComparison {
 pub struct StageComparison {
     pub stage_a: String,
     pub stage_b: String,
+    /// Steady-state seconds of each.
+    pub seconds: (usize, usize),
     pub figures: Vec<FigureComparison>,
     pub typical_trace_a: Option<String>,
     pub typical_trace_b: Option<String>,
 }
 
-fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len().max(1) as f64
+/// Holm's step-down procedure: which of `p_values` are significant at a family-wise
+/// error rate of `alpha` (the smallest p against alpha / m, the next against
+/// alpha / (m − 1)…, stopping at the first that fails).
+pub fn holm(p_values: &[f64], alpha: f64) -> Vec<bool> {
+    let m = p_values.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&i, &j| p_values[i].total_cmp(&p_values[j]));
+    let mut significant = vec![false; m];
+    for (rank, &i) in order.iter().enumerate() {
+        if p_values[i] > alpha / (m - rank) as f64 {
+            break;
+        }
+        significant[i] = true;
+    }
+    significant
 }
 
-/// The bootstrap interval of mean(b) − mean(a) and whether it is significant: the
-/// interval excludes zero and the difference exceeds `floor` of mean(a).
-pub fn significance(a: &[f64], b: &[f64], floor: f64) -> (Option<(f64, f64)>, Significance) {
-    if a.len() < MIN_SAMPLES || b.len() < MIN_SAMPLES {
-        return (None, Significance::TooFewSamples);
+/// One figure of a stage pair: both steady-state values and the bootstrap of their
+/// difference (its verdict set later, over the whole family).
+fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureComparison {
+    let (Some(fa), Some(fb)) = (figure.steady(sa), figure.steady(sb)) else {
+        return FigureComparison {
+            figure,
+            a: 0.0,
+            b: 0.0,
+            difference: None,
+            significance: Significance::NotRecorded,
+        };
+    };
+    let (side_a, side_b) = (fa.side(), fb.side());
+    let all = |side: &Side| (side.statistic)(&(0..side.seconds).collect::<Vec<_>>());
+    if side_a.seconds < MIN_SAMPLES || side_b.seconds < MIN_SAMPLES {
+        return FigureComparison {
+            figure,
+            a: all(&side_a),
+            b: all(&side_b),
+            difference: None,
+            significance: Significance::TooFewSamples,
+        };
     }
-    let mut rng = StdRng::seed_from_u64(0x0dd5_eed5);
-    let resample_mean = |values: &[f64], rng: &mut StdRng| {
-        (0..values.len())
-            .map(|_| values[rng.random_range(0..values.len())])
-            .sum::<f64>()
-            / values.len() as f64
-    };
-    let mut differences: Vec<f64> = (0..RESAMPLES)
-        .map(|_| resample_mean(b, &mut rng) - resample_mean(a, &mut rng))
-        .collect();
-    differences.sort_by(f64::total_cmp);
-    let at = |q: f64| differences[((RESAMPLES - 1) as f64 * q).round() as usize];
-    let interval = (at(0.025), at(0.975));
-    let difference = mean(b) - mean(a);
-    let beyond_floor = difference.abs() > floor * mean(a).abs();
-    let excludes_zero = interval.0 > 0.0 || interval.1 < 0.0;
-    let verdict = if excludes_zero && beyond_floor {
-        Significance::Significant
-    } else {
-        Significance::NotSignificant
-    };
-    (Some(interval), verdict)
+    let d = difference(&side_a, &side_b, RESAMPLES);
+    FigureComparison {
+        figure,
+        a: d.a,
+        b: d.b,
+        difference: Some(d),
+        significance: Significance::NotSignificant,
+    }
 }
 
 fn stage_of<'r>(report: &'r Report, name: &str, which: &str) -> Result<&'r StageReport, String> {
@@ -248,43 +374,84 @@ fn stage_of<'r>(report: &'r Report, name: &str, which: &str) -> Result<&'r Stage
         .ok_or_else(|| format!("run {which} ({}) has no stage {name:?}", report.run_id))
 }
 
-/// Compares each `(stage of A, stage of B)` pair.
+/// Compares each `(stage of A, stage of B)` pair; the verdicts are Holm's over every
+/// figure of every pair.
 pub fn compare(
     a: &Report,
     b: &Report,
     pairs: &[(String, String)],
 ) -> Result<Vec<StageComparison>, String> {
-    pairs
+    let mut stages = pairs
         .iter()
         .map(|(name_a, name_b)| {
             let (sa, sb) = (stage_of(a, name_a, "A")?, stage_of(b, name_b, "B")?);
-            let figures = Figure::ALL
-                .iter()
-                .map(|&figure| {
-                    let values = |s: &StageReport| -> Vec<f64> {
-                        figure.series(s).into_iter().map(|(_, v)| v).collect()
-                    };
-                    let (interval, significance) =
-                        significance(&values(sa), &values(sb), figure.noise_floor());
-                    FigureComparison {
-                        figure,
-                        a: figure.headline(sa),
-                        b: figure.headline(sb),
-                        interval,
-                        significance,
-                    }
-                })
-                .collect();
             let typical = |s: &StageReport| s.trace_links.as_ref().and_then(|l| l.typical.clone());
             Ok(StageComparison {
                 stage_a: name_a.clone(),
                 stage_b: name_b.clone(),
-                figures,
+                seconds: (steady_seconds(sa).len(), steady_seconds(sb).len()),
+                figures: Figure::ALL
+                    .iter()
+                    .map(|&figure| compare_figure(figure, sa, sb))
+                    .collect(),
                 typical_trace_a: typical(sa),
                 typical_trace_b: typical(sb),
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    let tested: Vec<&mut FigureComparison> = stages
+        .iter_mut()
+        .flat_map(|s| s.figures.iter_mut())
+        .filter(|f| f.difference.is_some())
+        .collect();
+    let p_values: Vec<f64> = tested
+        .iter()
+        .map(|f| f.difference.map_or(1.0, |d| d.p_value))
+        .collect();
+    for (figure, significant) in tested.into_iter().zip(holm(&p_values, FAMILY_ALPHA)) {
+        if significant {
+            figure.significance = Significance::Significant;
+        }
+    }
+    Ok(stages)
+}
+
+/// What differs between two stages' settings, each as `what: A … B …` (empty when
+/// they ran alike): a difference in the figures then has more than one cause.
+pub fn settings_differences(
+    a: &Report,
+    sa: &StageReport,
+    b: &Report,
+    sb: &StageReport,
+) -> Vec<String> {
+    let mut differ = Vec::new();
+    let mut check = |what: &str, x: String, y: String| {
+        if x != y {
+            differ.push(format!("{what}: A {x}, B {y}"));
+        }
+    };
+    check(
+        "stage settings",
+        format!("{:?}", sa.config),
+        format!("{:?}", sb.config),
+    );
+    check("lab knobs", sa.knobs.describe(), sb.knobs.describe());
+    check(
+        "popularity",
+        format!("{:?}", sa.popularity),
+        format!("{:?}", sb.popularity),
+    );
+    check(
+        "load profile",
+        format!("{:?}", a.load),
+        format!("{:?}", b.load),
+    );
+    check(
+        "emulator model",
+        format!("{:?}", a.emulator_model),
+        format!("{:?}", b.emulator_model),
+    );
+    differ
 }
 
 /// The stages both runs have, in run A's order, each compared with itself.
@@ -419,12 +586,16 @@ fn signed(value: f64) -> String {
     format!("{value:+.1}")
 }
 
-/// The comparison as text: a table per stage pair.
+/// The comparison as text: how it was tested, then a table per stage pair.
 pub fn text(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
+    let family = stages
+        .iter()
+        .flat_map(|s| &s.figures)
+        .filter(|f| f.difference.is_some())
+        .count();
     let mut out = format!(
-        "A = {}, B = {}; 95 % bootstrap interval of the per-second means' difference; significant = it excludes 0 and the difference exceeds the figure's noise floor (throughput, RU, calls 5 %; latency 10 %; 429s 25 %; CPU 30 % of A)\n",
-        a.run_id,
-        b.run_id,
+        "A = {}, B = {}\nmethod: each figure over the stage's steady state (the load's plateau), B − A with its 95 % interval from a circular block bootstrap of the seconds ({RESAMPLES} resamples; blocks of consecutive seconds, their length from each series' autocorrelation); significant = beyond Holm's correction over the {family} figures compared (family-wise 5 %)\nnoise between runs: not measured with one run per side; a significant difference says these runs differ (tune --repeat measures this machine's spread)\n",
+        a.run_id, b.run_id,
     );
     for stage in stages {
         let title = if stage.stage_a == stage.stage_b {
@@ -432,35 +603,55 @@ pub fn text(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
         } else {
             format!("{} (A) vs {} (B)", stage.stage_a, stage.stage_b)
         };
-        let _ = writeln!(out, "\n{title}");
         let _ = writeln!(
             out,
-            "  {:<20} {:>10} {:>10} {:>18} {:>22}  verdict",
-            "figure", "A", "B", "B - A", "95 % interval"
+            "\n{title} (steady state: A {} s, B {} s)",
+            stage.seconds.0, stage.seconds.1
+        );
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>10} {:>10} {:>18} {:>22} {:>8}  verdict",
+            "figure", "A", "B", "B - A", "95 % interval", "blocks"
         );
         for f in &stage.figures {
-            let relative = if f.a.abs() > 0.0 {
-                format!(" ({:+.1}%)", (f.b - f.a) / f.a * 100.0)
-            } else {
-                String::new()
-            };
-            let interval = f.interval.map_or("—".into(), |(lo, hi)| {
-                format!("[{}, {}]", signed(lo), signed(hi))
-            });
-            let digits = f.figure.digits();
-            let _ = writeln!(
-                out,
-                "  {:<20} {:>10.digits$} {:>10.digits$} {:>18} {:>22}  {}",
-                f.figure.label(),
-                f.a,
-                f.b,
-                format!("{}{relative}", signed(f.b - f.a)),
-                interval,
-                f.significance.words()
-            );
+            let _ = writeln!(out, "  {}", figure_line(f));
         }
     }
     out
+}
+
+/// One figure's line: both values, the difference (and as a share of A), its interval
+/// (and as shares), the block lengths, the verdict.
+fn figure_line(f: &FigureComparison) -> String {
+    let digits = f.figure.digits();
+    let percent = |x: f64| format!("{:+.1}%", x * 100.0);
+    let (change, interval, blocks) = match &f.difference {
+        Some(d) => {
+            let relative = (f.a != 0.0)
+                .then(|| format!(" ({})", percent((f.b - f.a) / f.a)))
+                .unwrap_or_default();
+            let interval = match d.relative {
+                Some((lo, hi)) => format!("[{}, {}]", percent(lo), percent(hi)),
+                None => format!("[{}, {}]", signed(d.interval.0), signed(d.interval.1)),
+            };
+            (
+                format!("{}{relative}", signed(f.b - f.a)),
+                interval,
+                format!("{}/{}", d.blocks.0, d.blocks.1),
+            )
+        }
+        None => ("—".into(), "—".into(), "—".into()),
+    };
+    format!(
+        "{:<20} {:>10.digits$} {:>10.digits$} {:>18} {:>22} {:>8}  {}",
+        f.figure.label(),
+        f.a,
+        f.b,
+        change,
+        interval,
+        blocks,
+        f.significance.words()
+    )
 }
 
 /// The comparison as a page: the tables, both runs' series overlaid per stage and
@@ -514,41 +705,134 @@ pub fn html(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    /// `n` values around `level`, spread ±`spread` in a fixed pattern.
-    fn noisy(level: f64, spread: f64, n: usize) -> Vec<f64> {
-        (0..n)
-            .map(|i| level + spread * (((i * 7919) % 13) as f64 / 6.0 - 1.0))
-            .collect()
+    use dronelab_study::{EmulatorModel, RunProfile};
+    use loadgen::record::LoadRecord;
+    use loadgen::shard::Shard;
+    use loadgen::{Outcome, Profile};
+
+    use crate::model::CosmosMeasured;
+
+    const SECONDS: u64 = 60;
+
+    /// The study's `stage`-th stage run for a minute at 10 users, 50 requests a second,
+    /// each taking `latency_us(second, request)`.
+    fn stage(index: usize, latency_us: impl Fn(u64, u64) -> u64) -> Report {
+        let profile = Profile::Constant {
+            users: 10,
+            duration_secs: SECONDS as f64,
+        };
+        let mut record = LoadRecord::new(Shard::WHOLE, profile, 1_765_000_000_000);
+        for t in 0..SECONDS {
+            for i in 0..50 {
+                let at = Duration::from_millis(t * 1000 + i * 20);
+                record.record(at, Outcome::Ok, latency_us(t, i));
+            }
+            record.interval_at(Duration::from_secs(t)).users = 10;
+        }
+        let stages = dronelab_study::stages::builtin().expect("the built-in stages");
+        let stage = StageReport::new(&stages[index], &record.summary(), CosmosMeasured::default());
+        Report::new(
+            format!("run-{index}"),
+            RunProfile::Quick,
+            profile,
+            EmulatorModel::default(),
+            vec![stage],
+            Duration::from_secs(SECONDS),
+        )
+    }
+
+    /// Latencies around `base` µs, spread by a fixed pattern.
+    fn spread(base: u64) -> impl Fn(u64, u64) -> u64 {
+        move |t, i| base + (t * 7_919 + i * 104_729) % (base / 2)
+    }
+
+    fn verdict(stages: &[StageComparison], figure: Figure) -> Significance {
+        stages[0]
+            .figures
+            .iter()
+            .find(|f| f.figure == figure)
+            .map(|f| f.significance)
+            .expect("the figure compared")
     }
 
     #[test]
-    fn the_same_distribution_is_not_significant() {
-        let a = noisy(100.0, 20.0, 60);
-        let mut b = a.clone();
-        b.rotate_left(17);
-        let (interval, verdict) = significance(&a, &b, 0.1);
-        assert_eq!(verdict, Significance::NotSignificant);
-        let (lo, hi) = interval.expect("an interval");
-        assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
+    fn a_stage_against_itself_differs_nowhere() {
+        let run = stage(3, spread(100_000));
+        let name = run.stages[0].name.clone();
+        let stages = compare(&run, &run, &[(name.clone(), name)]).expect("compared");
+        assert_eq!(stages[0].seconds, (SECONDS as usize, SECONDS as usize));
+        for f in &stages[0].figures {
+            assert_ne!(f.significance, Significance::Significant, "{f:?}");
+            assert_eq!(f.a, f.b);
+        }
+        // The percentile tested is the stage's own (2 significant figures kept per
+        // second), not a mean of per-second percentiles.
+        let p99 = stages[0]
+            .figures
+            .iter()
+            .find(|f| f.figure == Figure::P99)
+            .expect("p99");
+        assert!(
+            (p99.a - run.stages[0].latency_ms.p99).abs() <= run.stages[0].latency_ms.p99 * 0.02,
+            "{p99:?}"
+        );
     }
 
     #[test]
-    fn a_clear_shift_is_significant_and_a_small_one_is_within_the_floor() {
-        let a = noisy(100.0, 20.0, 60);
+    fn slower_answers_are_significant_in_latency_and_not_in_throughput() {
+        let a = stage(3, spread(100_000));
+        let b = stage(3, spread(130_000));
+        let name = a.stages[0].name.clone();
+        let stages = compare(&a, &b, &[(name.clone(), name)]).expect("compared");
+        for figure in [Figure::P50, Figure::P95, Figure::P99] {
+            assert_eq!(
+                verdict(&stages, figure),
+                Significance::Significant,
+                "{figure:?}"
+            );
+        }
         assert_eq!(
-            significance(&a, &noisy(130.0, 20.0, 60), 0.1).1,
-            Significance::Significant
+            verdict(&stages, Figure::Throughput),
+            Significance::NotSignificant
         );
+        let p50 = stages[0]
+            .figures
+            .iter()
+            .find(|f| f.figure == Figure::P50)
+            .expect("p50");
+        let (low, high) = p50
+            .difference
+            .and_then(|d| d.relative)
+            .expect("a relative interval");
+        assert!(low > 0.1 && high < 0.5, "{low} {high}");
+        // No Cosmos counters in these reports: too few seconds to test.
         assert_eq!(
-            significance(&a, &noisy(70.0, 20.0, 60), 0.1).1,
-            Significance::Significant
+            verdict(&stages, Figure::RuPerOperation),
+            Significance::TooFewSamples
         );
-        // 3 % with little spread: the interval excludes zero, but it is below a 5 % floor.
-        let (interval, verdict) =
-            significance(&noisy(100.0, 1.0, 60), &noisy(103.0, 1.0, 60), 0.05);
-        assert!(interval.is_some_and(|(lo, _)| lo > 0.0));
-        assert_eq!(verdict, Significance::NotSignificant);
+    }
+
+    #[test]
+    fn stages_of_different_settings_are_named() {
+        let (a, b) = (stage(2, spread(100_000)), stage(3, spread(100_000)));
+        let differ = settings_differences(&a, &a.stages[0], &b, &b.stages[0]);
+        assert_eq!(differ.len(), 1, "{differ:?}");
+        assert!(differ[0].starts_with("stage settings: A "), "{differ:?}");
+        assert!(settings_differences(&a, &a.stages[0], &a, &a.stages[0]).is_empty());
+    }
+
+    #[test]
+    fn holm_steps_down_and_stops_at_the_first_that_fails() {
+        assert_eq!(holm(&[0.001, 0.03, 0.04], 0.05), [true, false, false]);
+        assert_eq!(holm(&[0.04, 0.001, 0.02], 0.05), [true, true, true]);
+        assert_eq!(holm(&[0.2, 0.5], 0.05), [false, false]);
+        // 32 figures: one at p = 0.01 alone is not enough (0.05 / 32 = 0.0016).
+        let mut family = vec![0.5; 31];
+        family.push(0.01);
+        assert!(holm(&family, 0.05).iter().all(|s| !s));
+        assert!(holm(&[], 0.05).is_empty());
     }
 
     #[test]
@@ -567,16 +851,5 @@ mod tests {
         );
         assert_eq!(range(vec![30.0, 20.0, 25.0]), [20.0, 25.0, 30.0]);
         assert_eq!(Spread::relative([20.0, 25.0, 30.0]), 0.4);
-    }
-
-    #[test]
-    fn few_seconds_are_too_few_samples_and_the_answer_is_reproducible() {
-        assert_eq!(
-            significance(&[1.0; 4], &[2.0; 60], 0.1).1,
-            Significance::TooFewSamples
-        );
-        let a = noisy(100.0, 20.0, 30);
-        let b = noisy(110.0, 25.0, 40);
-        assert_eq!(significance(&a, &b, 0.1), significance(&a, &b, 0.1));
     }
 }

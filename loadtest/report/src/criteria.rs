@@ -1,6 +1,7 @@
-//! Pass/fail criteria, in the style of k6 thresholds and Azure Load Testing's fail
-//! criteria: `p99<1000ms`, `errors<1%`, `rps>50`, optionally for one stage
-//! (`4-partition-key:p99<200ms`). A criterion states what must hold; the run writes its
+//! Pass/fail thresholds, with k6's meaning: `p99<1000ms`, `errors<1%`, `rps>50`,
+//! optionally for one stage (`4-partition-key:p99<200ms`). A threshold states what must
+//! hold (Azure Load Testing's fail criteria read the other way, `p99 > 1000` fails, and
+//! `loadtest` does not take them, so that no expression has two meanings); the run writes its
 //! report either way, prints every verdict with the measured value, can write them as
 //! JUnit XML for CI systems, and fails naming the criteria that did not hold.
 //!
@@ -285,7 +286,7 @@ pub fn check_stages<'a>(
             if !stages.clone().any(|s| s == stage) {
                 let names: Vec<&str> = stages.clone().collect();
                 return Err(format!(
-                    "--fail-on {criterion}: no stage {stage:?} in this run ({})",
+                    "--threshold {criterion}: no stage {stage:?} in this run ({})",
                     names.join(", ")
                 ));
             }

@@ -6,16 +6,20 @@
 //! - [`model`]: what the report holds, stage by stage;
 //! - [`resources`]: CPU and memory per component, and how a stage's samples sum up;
 //! - [`lab`]: the antipattern lab's confusion matrix and side-by-side pairs;
-//! - [`criteria`]: pass/fail criteria (`--fail-on`), their verdicts and JUnit XML;
+//! - [`criteria`]: pass/fail thresholds (`--threshold`, k6's meaning), their verdicts and JUnit XML;
 //! - [`compare`]: two runs side by side, each difference tested against noise;
+//! - [`block_bootstrap`]: the block bootstrap `compare` tests differences with;
+//! - [`interval_latencies`]: percentiles of any of a stage's seconds, merged;
 //! - [`capacity`]: each stage's knee at the latency objective, measured and predicted;
 //! - [`spans`]: whether a stage's spans reached the trace store;
 //! - `markdown`, `html`, `svg`: the two readable forms and the charts.
 
+pub mod block_bootstrap;
 pub mod capacity;
 pub mod compare;
 pub mod criteria;
 mod html;
+pub mod interval_latencies;
 pub mod lab;
 mod markdown;
 pub mod model;

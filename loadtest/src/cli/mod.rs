@@ -139,7 +139,8 @@ async fn execute(cli: Cli) -> std::process::ExitCode {
         }
         Command::Compare(args) => {
             if let Err(e) = compare::run(args) {
-                return fail(e);
+                eprintln!("loadtest: {e}");
+                return ExitCode::from(e.exit_code());
             }
         }
         Command::Diagnose(args) => {

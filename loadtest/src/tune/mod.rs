@@ -159,7 +159,7 @@ pub enum TuneError {
     UtilizationUrlAlone,
     #[error("interrupted; the load generators' Job is deleted")]
     Interrupted,
-    /// A `--fail-on` criterion names a stage that does not run, or one did not hold
+    /// A `--threshold` names a stage that does not run, or one did not hold
     /// (the report is written).
     #[error("{0}")]
     Criteria(String),
