@@ -27,7 +27,7 @@
 
 use std::fmt::Write as _;
 
-use crate::block_bootstrap::{block_estimate, difference, mean_at, Difference, Side};
+use crate::block_bootstrap::{block_estimate, difference, mean_at, Difference, Side, Statistic};
 use crate::interval_latencies::IntervalLatencies;
 use crate::model::{Report, StageReport};
 use crate::svg::{escape, line_chart, Series};
@@ -56,7 +56,7 @@ pub enum Figure {
 /// length is chosen from) and its statistic of any selection of those seconds.
 struct SteadyFigure<'a> {
     per_second: Vec<f64>,
-    statistic: Box<dyn Fn(&[usize]) -> f64 + 'a>,
+    statistic: Box<Statistic<'a>>,
 }
 
 impl SteadyFigure<'_> {
@@ -627,9 +627,11 @@ fn figure_line(f: &FigureComparison) -> String {
     let percent = |x: f64| format!("{:+.1}%", x * 100.0);
     let (change, interval, blocks) = match &f.difference {
         Some(d) => {
-            let relative = (f.a != 0.0)
-                .then(|| format!(" ({})", percent((f.b - f.a) / f.a)))
-                .unwrap_or_default();
+            let relative = if f.a != 0.0 {
+                format!(" ({})", percent((f.b - f.a) / f.a))
+            } else {
+                String::new()
+            };
             let interval = match d.relative {
                 Some((lo, hi)) => format!("[{}, {}]", percent(lo), percent(hi)),
                 None => format!("[{}, {}]", signed(d.interval.0), signed(d.interval.1)),
