@@ -7,6 +7,7 @@ use dronelab_contract::telemetry::attribute;
 
 pub use crate::diagnosis::TraceLinks;
 use crate::diagnosis::{answered_ok, diagnose_with_half, entry_traces, Diagnosis};
+pub use crate::evidence::WARM_UP_SHARE;
 use crate::jaeger::{Envelope, Trace};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,11 +47,10 @@ pub struct TraceWindow {
     pub load_per_second: Vec<u64>,
 }
 
-/// Slices of a window a sample is drawn from, and the share of the window left out at
-/// its start. 600 traces (the tuning run's sample) put a share's standard error at 2
-/// points at most; ten slices of a 60-second quick stage are 5 s each.
+/// Slices of a window a sample is drawn from (after its [`WARM_UP_SHARE`]). 600 traces
+/// (the tuning run's sample) put a share's standard error at 2 points at most; ten
+/// slices of a 60-second quick stage are 5 s each.
 pub const SLICES: u64 = 10;
-pub const WARM_UP_SHARE: f64 = 0.1;
 
 /// A Jaeger API client.
 #[derive(Debug, Clone)]

@@ -155,6 +155,23 @@ mod tests {
         }
     }
 
+    /// `traces` of a sample with these Cosmos figures and failures beside `counters`.
+    fn compared(
+        traces: usize,
+        cosmos: &CosmosEvidence,
+        failures: &FailureEvidence,
+        counters: &StageCounters,
+    ) -> Vec<Consistency> {
+        compare(
+            &Sample {
+                traces,
+                cosmos,
+                failures,
+            },
+            counters,
+        )
+    }
+
     fn figure<'a>(figures: &'a [Consistency], name: &str) -> &'a Consistency {
         figures
             .iter()
@@ -171,38 +188,17 @@ mod tests {
         };
         let c = cosmos(1.0, 0.0, 3.0, 0.1);
         let f = failures(273, 0);
-        let missed = compare(
-            &Sample {
-                traces: 273,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let missed = compared(273, &c, &f, &counters);
         let throttled = figure(&missed, "throttled share");
         assert_eq!((throttled.sample, throttled.stage), (0.0, 0.5841));
         assert!(!throttled.agree);
         // 57 % in 273 attempts: within three standard errors (3 %).
         let c = cosmos(1.0, 0.57, 3.0, 0.1);
-        let close = compare(
-            &Sample {
-                traces: 273,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let close = compared(273, &c, &f, &counters);
         assert!(figure(&close, "throttled share").agree);
         // A sample without one Cosmos attempt cannot agree with a throttled container.
         let c = cosmos(0.0, 0.0, 0.0, 0.0);
-        let blind = compare(
-            &Sample {
-                traces: 273,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let blind = compared(273, &c, &f, &counters);
         assert!(!figure(&blind, "throttled share").agree);
     }
 
@@ -218,24 +214,10 @@ mod tests {
         };
         let f = failures(572, 0);
         let mut c = cosmos(3.97, 0.7499, 9.0, 0.1);
-        let binomial = compare(
-            &Sample {
-                traces: 572,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let binomial = compared(572, &c, &f, &counters);
         assert!(!figure(&binomial, "throttled share").agree);
         c.throttled_share_se = 0.02;
-        let clustered = compare(
-            &Sample {
-                traces: 572,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let clustered = compared(572, &c, &f, &counters);
         assert!(figure(&clustered, "throttled share").agree);
     }
 
@@ -252,14 +234,7 @@ mod tests {
         };
         let c = cosmos(1.9, 0.4748, 3.4, 0.01);
         let f = failures(575, 1);
-        let shared = compare(
-            &Sample {
-                traces: 575,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let shared = compared(575, &c, &f, &counters);
         let throttled = figure(&shared, "throttled share");
         assert!(!throttled.agree);
         assert!(
@@ -272,14 +247,7 @@ mod tests {
             ru_by_range: [("5".into(), 16_100.0)].into(),
             ..counters
         };
-        let own = compare(
-            &Sample {
-                traces: 575,
-                cosmos: &c,
-                failures: &f,
-            },
-            &alone,
-        );
+        let own = compared(575, &c, &f, &alone);
         assert!(figure(&own, "throttled share").note.is_empty());
     }
 
@@ -292,28 +260,14 @@ mod tests {
         };
         let c = cosmos(1.0, 0.0, 3.0, 0.1);
         let none = failures(600, 0);
-        let missed = compare(
-            &Sample {
-                traces: 600,
-                cosmos: &c,
-                failures: &none,
-            },
-            &counters,
-        );
+        let missed = compared(600, &c, &none, &counters);
         let failed = figure(&missed, "failed share");
         assert_eq!(
             (failed.sample, failed.stage, failed.agree),
             (0.0, 0.08, false)
         );
         let some = failures(600, 45);
-        let seen = compare(
-            &Sample {
-                traces: 600,
-                cosmos: &c,
-                failures: &some,
-            },
-            &counters,
-        );
+        let seen = compared(600, &c, &some, &counters);
         assert!(figure(&seen, "failed share").agree);
     }
 
@@ -328,26 +282,12 @@ mod tests {
         // 30,000 RU over the 900 answered requests (timeouts out, partial answers in).
         let c = cosmos(1.0, 0.0, 32.5, 0.5);
         let f = failures(600, 0);
-        let near = compare(
-            &Sample {
-                traces: 600,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let near = compared(600, &c, &f, &counters);
         let ru = figure(&near, "request units per request");
         assert_eq!(ru.stage, 33.33);
         assert!(ru.agree, "{ru:?}");
         let c = cosmos(1.0, 0.0, 20.0, 0.5);
-        let far = compare(
-            &Sample {
-                traces: 600,
-                cosmos: &c,
-                failures: &f,
-            },
-            &counters,
-        );
+        let far = compared(600, &c, &f, &counters);
         assert!(!figure(&far, "request units per request").agree);
     }
 

@@ -121,6 +121,16 @@ impl CpuEvidence {
     }
 }
 
+/// The share of a stage left out at its start (the load's first step, connections
+/// being opened): the rest is its steady state, where the traces are sampled and the
+/// counters' steady figures are summed.
+pub const WARM_UP_SHARE: f64 = 0.1;
+
+/// The seconds of a stage that lasted `end_secs` before its steady state begins.
+pub fn warm_up_secs(end_secs: u64) -> u64 {
+    (end_secs as f64 * WARM_UP_SHARE) as u64
+}
+
 /// What the stage's Cosmos counters showed over the whole stage, every client of the
 /// container counted (the emulator's per-partition counters; on Azure, the account's
 /// metrics by `PartitionKeyRangeId`), beside the diagnosed service's own figures.

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use dronelab_contract::telemetry::attribute::{
-    DB_RESPONSE_STATUS_CODE, ERROR, ERROR_TYPE, HTTP_RESPONSE_STATUS_CODE, INVOICE_PARTIAL,
+    DB_RESPONSE_STATUS_CODE, ERROR_TYPE, HTTP_RESPONSE_STATUS_CODE, INVOICE_PARTIAL,
     OTEL_STATUS_DESCRIPTION,
 };
 
 use crate::evidence::{FailingCall, FailureEvidence};
 use crate::jaeger::{Span, Trace};
+use crate::summary::is_error;
 
 /// A status description is cut to this many characters in a finding.
 const CAUSE_CHARS: usize = 80;
@@ -51,16 +52,12 @@ pub fn failure_evidence(traces: &[&Trace]) -> FailureEvidence {
 }
 
 /// The entry answered with an error status, or with a part of its answer missing.
-pub fn entry_failed(root: &Span) -> bool {
+fn entry_failed(root: &Span) -> bool {
     let status = root
         .tag_text(HTTP_RESPONSE_STATUS_CODE)
         .and_then(|s| s.parse::<u16>().ok());
     status.is_some_and(|s| !(200..300).contains(&s))
         || root.tag(INVOICE_PARTIAL) == Some(&serde_json::Value::Bool(true))
-}
-
-fn is_error(span: &Span) -> bool {
-    span.tag(ERROR) == Some(&serde_json::Value::Bool(true))
 }
 
 /// A span's children, earliest first.
@@ -133,7 +130,8 @@ fn cause(span: &Span) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jaeger::{KeyValue, Process, Reference};
+    use crate::jaeger::Process;
+    use dronelab_contract::telemetry::attribute::ERROR;
 
     fn span(
         id: &str,
@@ -142,33 +140,7 @@ mod tests {
         process: &str,
         tags: &[(&str, serde_json::Value)],
     ) -> Span {
-        Span {
-            trace_id: "t".into(),
-            span_id: id.into(),
-            flags: 1,
-            operation_name: id.into(),
-            references: parent
-                .map(|p| Reference {
-                    ref_type: "CHILD_OF".into(),
-                    trace_id: "t".into(),
-                    span_id: p.into(),
-                })
-                .into_iter()
-                .collect(),
-            start_time: start,
-            duration: 10,
-            tags: tags
-                .iter()
-                .map(|(k, v)| KeyValue {
-                    key: (*k).into(),
-                    value_type: if v.is_boolean() { "bool" } else { "string" }.into(),
-                    value: v.clone(),
-                })
-                .collect(),
-            logs: vec![],
-            process_id: process.into(),
-            warnings: None,
-        }
+        crate::jaeger::testing::span(id, parent, (start, 10), process, tags)
     }
 
     fn trace(spans: Vec<Span>) -> Trace {

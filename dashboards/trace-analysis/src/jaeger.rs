@@ -165,3 +165,47 @@ impl Trace {
             .map_or("", |p| p.service_name.as_str())
     }
 }
+
+/// Spans built by hand for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{KeyValue, Reference, Span};
+
+    /// A span of trace `t` named `id`, under `parent`, from process `process`, with
+    /// `tags` (booleans typed `bool`, everything else `string`).
+    pub fn span(
+        id: &str,
+        parent: Option<&str>,
+        (start, duration): (u64, u64),
+        process: &str,
+        tags: &[(&str, serde_json::Value)],
+    ) -> Span {
+        Span {
+            trace_id: "t".into(),
+            span_id: id.into(),
+            flags: 1,
+            operation_name: id.into(),
+            references: parent
+                .map(|p| Reference {
+                    ref_type: "CHILD_OF".into(),
+                    trace_id: "t".into(),
+                    span_id: p.into(),
+                })
+                .into_iter()
+                .collect(),
+            start_time: start,
+            duration,
+            tags: tags
+                .iter()
+                .map(|(k, v)| KeyValue {
+                    key: (*k).into(),
+                    value_type: if v.is_boolean() { "bool" } else { "string" }.into(),
+                    value: v.clone(),
+                })
+                .collect(),
+            logs: vec![],
+            process_id: process.into(),
+            warnings: None,
+        }
+    }
+}

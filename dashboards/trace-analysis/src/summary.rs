@@ -130,7 +130,7 @@ fn is_throttled(span: &Span) -> bool {
     span.tag_text(STATUS).as_deref() == Some("429")
 }
 
-fn is_error(span: &Span) -> bool {
+pub(crate) fn is_error(span: &Span) -> bool {
     span.tag(ERROR) == Some(&serde_json::Value::Bool(true))
 }
 
@@ -426,7 +426,7 @@ pub fn summarize(trace: &Trace) -> TraceSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jaeger::{KeyValue, Process, Reference};
+    use crate::jaeger::Process;
 
     fn span(
         id: &str,
@@ -435,33 +435,9 @@ mod tests {
         duration: u64,
         tags: &[(&str, &str)],
     ) -> Span {
-        Span {
-            trace_id: "t".into(),
-            span_id: id.into(),
-            flags: 1,
-            operation_name: id.into(),
-            references: parent
-                .map(|p| Reference {
-                    ref_type: "CHILD_OF".into(),
-                    trace_id: "t".into(),
-                    span_id: p.into(),
-                })
-                .into_iter()
-                .collect(),
-            start_time: start,
-            duration,
-            tags: tags
-                .iter()
-                .map(|(k, v)| KeyValue {
-                    key: (*k).into(),
-                    value_type: "string".into(),
-                    value: (*v).into(),
-                })
-                .collect(),
-            logs: vec![],
-            process_id: "p1".into(),
-            warnings: None,
-        }
+        let tags: Vec<(&str, serde_json::Value)> =
+            tags.iter().map(|(k, v)| (*k, (*v).into())).collect();
+        crate::jaeger::testing::span(id, parent, (start, duration), "p1", &tags)
     }
 
     fn attempt(

@@ -9,7 +9,7 @@ use dronelab_study::published::{self, Published};
 use dronelab_study::{EmulatorModel, RunProfile, Stage, StageConfig};
 use loadgen::{IntervalSample, LoadSummary, Outcome, Percentiles, Profile};
 use serde::{Deserialize, Serialize};
-use trace_analysis::diagnosis::StageCounters;
+use trace_analysis::diagnosis::{warm_up_secs, StageCounters};
 
 use crate::resources::{ResourceFigures, ResourceSample};
 
@@ -148,11 +148,10 @@ impl StageReport {
         }
     }
 
-    /// The container's calls and 429s after the stage's first tenth, from the Cosmos
+    /// The container's calls and 429s in the steady state ([`warm_up_secs`]), from the Cosmos
     /// counters' per-second series (zeros without one).
     fn steady_cosmos_counts(&self) -> (u64, u64) {
-        let end = self.cosmos_series.last().map_or(0, |s| s.t + 1);
-        let warm_up = end / 10;
+        let warm_up = warm_up_secs(self.cosmos_series.last().map_or(0, |s| s.t + 1));
         self.cosmos_series
             .iter()
             .filter(|s| s.t >= warm_up)
@@ -171,11 +170,10 @@ impl StageReport {
             .collect()
     }
 
-    /// Requests and failed requests after the stage's first tenth (its steady state, the
-    /// window its traces are sampled from), from the load's series.
+    /// Requests and failed requests in the steady state ([`warm_up_secs`], the window its
+    /// traces are sampled from), from the load's series.
     fn steady_counts(&self) -> (u64, u64) {
-        let end = self.series.last().map_or(0, |s| s.t + self.interval_secs);
-        let warm_up = end / 10;
+        let warm_up = warm_up_secs(self.series.last().map_or(0, |s| s.t + self.interval_secs));
         self.series
             .iter()
             .filter(|s| s.t >= warm_up)
