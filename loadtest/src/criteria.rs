@@ -5,16 +5,17 @@
 
 use std::path::PathBuf;
 
-use dronelab_report::criteria::{self, judge, junit_xml, Criterion, Figures};
+use dronelab_report::criteria::{self, judge, junit_xml, Criterion, Figure, Figures};
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CriteriaArgs {
     /// A threshold that must hold, as k6's thresholds mean it (repeatable): `p99<1000ms`,
     /// `errors<1%`, `rps>50`, or for one stage `4-partition-key:p99<200ms`. Figures: avg,
     /// p50, p90, p95, p99, max (end-to-end, ms or s), errors (failed or shed, %), rps,
-    /// and where Cosmos DB is measured (tune, lab) throttled (429s, %) and ru (per
-    /// operation). The report is written either way; if one does not hold, the command
-    /// exits 1 naming it.
+    /// and where Cosmos DB is measured (tune, lab, capacity) throttled (429s, %) and ru
+    /// (per operation); `knee>=N` (capacity: the highest rate met, req/s) and
+    /// `diagnosis=expected` (lab: the diagnosis named what the stage expects). The
+    /// report is written either way; if one does not hold, the command exits 1 naming it.
     #[arg(long = "threshold", value_name = "EXPR")]
     pub thresholds: Vec<Criterion>,
     /// Renamed `--threshold`: it states what must hold, as k6's thresholds do, while
@@ -37,9 +38,9 @@ impl CriteriaArgs {
                     "--threshold {criterion}: `run` has no stages; drop the stage"
                 ));
             }
-            if criterion.figure.needs_cosmos() {
+            if criterion.figure.only_with_stages() {
                 return Err(format!(
-                    "--threshold {criterion}: {} is measured by `tune` and `lab`, not by `run`",
+                    "--threshold {criterion}: {} is measured by `tune`, `lab` or `capacity`, not by `run`",
                     criterion.figure.name()
                 ));
             }
@@ -57,12 +58,23 @@ impl CriteriaArgs {
         }
     }
 
-    /// Refuses a criterion for a stage that will not run.
+    /// Refuses a criterion for a stage that will not run, and one on the knee when no
+    /// knee is searched (`capacity` is false).
     pub fn check_stages<'a>(
         &self,
         stages: impl Iterator<Item = &'a str> + Clone,
+        capacity: bool,
     ) -> Result<(), String> {
         self.check_not_renamed()?;
+        if let Some(knee) = self
+            .thresholds
+            .iter()
+            .find(|c| c.figure == Figure::Knee && !capacity)
+        {
+            return Err(format!(
+                "--threshold {knee}: the knee is measured by `loadtest capacity`, not by a step load"
+            ));
+        }
         criteria::check_stages(&self.thresholds, stages)
     }
 

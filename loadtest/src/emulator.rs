@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cosmos_emulator::ModelConfig;
 use cosmos_kit::SecretString;
-use dronelab_study::{SeedArgs, SeedError};
+use dronelab_study::{EmulatorModel, SeedArgs, SeedError};
 
 /// The emulator's counters for one container.
 #[derive(Debug, Clone, Default)]
@@ -82,6 +82,40 @@ impl EmulatorAdmin {
     /// The model's settings now (`GET /_emulator/config`).
     async fn model(&self) -> Option<ModelConfig> {
         self.read("_emulator/config").await
+    }
+
+    /// The latency model a capacity prediction needs, as the emulator runs it now, or
+    /// why there is none (not readable, latency off, or an emulator too old to say its
+    /// partitions' concurrency).
+    pub async fn capacity_model(&self) -> Result<EmulatorModel, String> {
+        let Some(now) = self.model().await else {
+            return Err(format!("{}_emulator/config could not be read", self.base));
+        };
+        if now.latency == Some(false) {
+            return Err("the emulator's latency model is off: partitions serve at once".into());
+        }
+        match (
+            now.rtt_ms,
+            now.service_ms,
+            now.ms_per_ru,
+            now.jitter,
+            now.partition_concurrency,
+        ) {
+            (
+                Some(rtt_ms),
+                Some(service_ms),
+                Some(ms_per_ru),
+                Some(jitter),
+                Some(partition_concurrency),
+            ) => Ok(EmulatorModel {
+                rtt_ms,
+                service_ms,
+                ms_per_ru,
+                jitter,
+                partition_concurrency,
+            }),
+            _ => Err("the emulator does not say its whole model (an older build?)".into()),
+        }
     }
 
     /// Changes the model's settings; the fields `update` leaves out stay as they are.

@@ -9,6 +9,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn run(gateway: &str, criteria: &[&str], junit: &Path) -> Output {
+    run_for(gateway, 2, criteria, &[], junit)
+}
+
+fn run_for(gateway: &str, secs: u32, criteria: &[&str], extra: &[&str], junit: &Path) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_loadtest"));
     command.args([
         "run",
@@ -19,7 +23,7 @@ fn run(gateway: &str, criteria: &[&str], junit: &Path) -> Output {
         "--users",
         "2",
         "--duration",
-        "2",
+        &secs.to_string(),
         "--owners",
         "20",
         "--months",
@@ -29,6 +33,7 @@ fn run(gateway: &str, criteria: &[&str], junit: &Path) -> Output {
         command.args(["--threshold", criterion]);
     }
     command
+        .args(extra)
         .arg("--junit")
         .arg(junit)
         .output()
@@ -106,6 +111,60 @@ fn a_failing_criterion_exits_1_naming_it_and_passing_ones_exit_0() {
         cases[1].0 == "rps>1000000" && cases[1].1.as_deref().is_some_and(|m| m.contains("rps = ")),
         "{cases:?}"
     );
+
+    // --abort-on-fail: a threshold that fails stops a 60 s run soon after the delay
+    // (judged every second), and the record says when; one that holds runs it out.
+    let record = dir.path().join("record.json");
+    let record_arg = record.to_string_lossy().into_owned();
+    let aborted = run_for(
+        &gateway,
+        60,
+        &["p99<1ms"],
+        &[
+            "--abort-on-fail",
+            "--abort-delay",
+            "2",
+            "--record",
+            &record_arg,
+        ],
+        &fail,
+    );
+    let stderr = String::from_utf8_lossy(&aborted.stderr);
+    assert_eq!(aborted.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("p99<1ms failed (p99 = ") && stderr.contains("--abort-on-fail"),
+        "{stderr}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).expect("record")).expect("json");
+    let stopped = written["stopped_after_secs"]
+        .as_f64()
+        .expect("stopped_after_secs");
+    // Not before the delay; well before the profile's end (a busy machine may add a
+    // few seconds to the 1 s judging interval).
+    assert!((2.0..20.0).contains(&stopped), "{stopped}");
+    let ((tests, failures), _) = read_junit(&fail);
+    assert_eq!((tests.as_str(), failures.as_str()), ("1", "1"));
+
+    let held = run_for(
+        &gateway,
+        3,
+        &["p99<60s"],
+        &[
+            "--abort-on-fail",
+            "--abort-delay",
+            "0",
+            "--record",
+            &record_arg,
+        ],
+        &pass,
+    );
+    let stderr = String::from_utf8_lossy(&held.stderr);
+    assert!(held.status.success(), "{stderr}");
+    assert!(!stderr.contains("stopped after"), "{stderr}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).expect("record")).expect("json");
+    assert!(written.get("stopped_after_secs").is_none(), "{written}");
     let _ = up.kill();
     let _ = up.wait();
 }
@@ -120,7 +179,7 @@ fn bad_criteria_are_refused_before_any_load() {
         (&["run", "--threshold", "errors<1"][..], "as a percentage"),
         (
             &["run", "--threshold", "throttled<1%"][..],
-            "measured by `tune` and `lab`",
+            "measured by `tune`, `lab` or `capacity`",
         ),
         (
             &["run", "--threshold", "4-partition-key:p99<1s"][..],
@@ -129,6 +188,11 @@ fn bad_criteria_are_refused_before_any_load() {
         (
             &["tune", "--threshold", "9-nope:p99<1s"][..],
             "no stage \"9-nope\" in this run (1-baseline, 2-more-ru, 3-parallel, 4-partition-key)",
+        ),
+        (&["run", "--abort-on-fail"][..], "--threshold"),
+        (
+            &["tune", "--threshold", "knee>=5"][..],
+            "the knee is measured by `loadtest capacity`",
         ),
         // The old name, read the other way by Azure Load Testing: refused, not guessed.
         (

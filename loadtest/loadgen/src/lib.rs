@@ -33,6 +33,6 @@ pub mod target;
 pub use hyper::Uri;
 pub use profile::Profile;
 pub use record::{IntervalSample, LoadRecord, LoadSummary, MergeError, Outcome, Percentiles};
-pub use run::{run, run_recorded, unix_ms, RunFuture, RunOptions};
+pub use run::{run, run_recorded, run_recorded_watched, unix_ms, RunFuture, RunOptions, StopCheck};
 pub use shard::Shard;
 pub use target::{Requests, Target};

@@ -217,6 +217,10 @@ pub struct LoadRecord {
     /// Every latency in µs, with `--record-samples` (to check a merge against).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples_us: Option<Vec<u64>>,
+    /// The run was stopped this many seconds in, before its profile's end (a threshold
+    /// crossed with `--abort-on-fail`); rates are over this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_after_secs: Option<f64>,
 }
 
 /// A record as written, before it is checked.
@@ -233,6 +237,8 @@ struct UncheckedRecord {
     send_lateness: Option<Histogram<u64>>,
     #[serde(default)]
     samples_us: Option<Vec<u64>>,
+    #[serde(default)]
+    stopped_after_secs: Option<f64>,
 }
 
 impl TryFrom<UncheckedRecord> for LoadRecord {
@@ -262,6 +268,14 @@ impl TryFrom<UncheckedRecord> for LoadRecord {
         if r.samples_us.as_ref().is_some_and(|s| s.len() > MAX_SAMPLES) {
             return Err(format!("samples_us: more than {MAX_SAMPLES} samples"));
         }
+        let longest = r.profile.duration().as_secs_f64();
+        if r.stopped_after_secs
+            .is_some_and(|s| !(s.is_finite() && (0.0..=longest).contains(&s)))
+        {
+            return Err(format!(
+                "stopped_after_secs must be between 0 and the profile's {longest} s"
+            ));
+        }
         Ok(Self {
             shard: r.shard,
             profile: r.profile,
@@ -271,6 +285,7 @@ impl TryFrom<UncheckedRecord> for LoadRecord {
             latency: r.latency,
             send_lateness: r.send_lateness,
             samples_us: r.samples_us,
+            stopped_after_secs: r.stopped_after_secs,
         })
     }
 }
@@ -312,6 +327,7 @@ impl LoadRecord {
             latency: latency_histogram(),
             send_lateness: None,
             samples_us: None,
+            stopped_after_secs: None,
         }
     }
 
@@ -396,7 +412,10 @@ impl LoadRecord {
         }
         let requests: u64 = outcomes.values().sum();
         let successful = outcomes.get(&Outcome::Ok).copied().unwrap_or(0);
-        let secs = self.profile.duration().as_secs_f64().max(1e-9);
+        let secs = self
+            .stopped_after_secs
+            .unwrap_or_else(|| self.profile.duration().as_secs_f64())
+            .max(1e-9);
         LoadSummary {
             requests,
             successful_requests: successful,
@@ -446,11 +465,21 @@ impl LoadRecord {
             });
         }
         let mut merged = LoadRecord::new(Shard::WHOLE, profile, start);
+        // The merged run stopped early only if every shard did, when the last one did.
+        merged.stopped_after_secs = records
+            .iter()
+            .map(|r| {
+                let offset = Duration::from_millis(r.started_at_unix_ms - start);
+                r.stopped_after_secs.map(|s| s + offset.as_secs_f64())
+            })
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|stops| stops.into_iter().reduce(f64::max));
         let mut samples: Option<Vec<u64>> = Some(Vec::new());
         let histogram = |e: hdrhistogram::AdditionError| MergeError::Histogram(format!("{e:?}"));
         for record in records {
             // A generator that started late adds into the intervals it really ran in.
             let offset = Duration::from_millis(record.started_at_unix_ms - start);
+
             for (i, interval) in record.intervals.into_iter().enumerate() {
                 let at = offset + Duration::from_secs(i as u64 * record.interval_secs);
                 let into = merged.interval_at(at);

@@ -238,6 +238,20 @@ impl Recorder {
         interval.users = interval.users.max(users);
     }
 
+    /// What the run has recorded so far, as a summary over the `elapsed` time.
+    fn summary_so_far(&self, elapsed: Duration) -> LoadSummary {
+        let mut record = self.record().clone();
+        record.stopped_after_secs = Some(elapsed.as_secs_f64());
+        record.summary()
+    }
+
+    /// The record so far, taken out (requests still finishing add to an empty one).
+    fn take_record(&self) -> LoadRecord {
+        let mut record = self.record();
+        let empty = LoadRecord::new(record.shard, record.profile, record.started_at_unix_ms);
+        std::mem::replace(&mut *record, empty)
+    }
+
     /// The run's record.
     pub fn into_record(self) -> LoadRecord {
         let mut record = self.record.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -310,12 +324,65 @@ pub fn run_recorded(
     Box::pin(record_run(target, profile, options, label))
 }
 
-async fn record_run(
+/// Decides, from the summary so far, whether a run stops early: the reason, or `None`
+/// to go on.
+pub type StopCheck<'a> = Box<dyn FnMut(&LoadSummary) -> Option<String> + Send + 'a>;
+
+/// How often a watched run is looked at.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// [`run_recorded`], looked at every [`WATCH_INTERVAL`] by `check`: when it gives a
+/// reason, the run stops there — no more requests leave, those in flight are cut off —
+/// and its record, up to then, comes back with the reason (`stopped_after_secs` set).
+pub fn run_recorded_watched<'a>(
+    target: Target,
+    profile: Profile,
+    options: RunOptions,
+    label: &'a str,
+    mut check: StopCheck<'a>,
+) -> RunFuture<'a, (LoadRecord, Option<String>)> {
+    Box::pin(async move {
+        let (driver, started) = driver_for(target, profile, options, label).await;
+        let watch = async {
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::from_std(started + WATCH_INTERVAL),
+                WATCH_INTERVAL,
+            );
+            loop {
+                tick.tick().await;
+                let summary = driver.recorder.summary_so_far(started.elapsed());
+                if let Some(reason) = check(&summary) {
+                    return reason;
+                }
+            }
+        };
+        // Dropping the load's future drops its tasks' set, which cuts them off.
+        let reason = tokio::select! {
+            () = drive(&driver, profile) => None,
+            reason = watch => Some(reason),
+        };
+        driver.bar.finish_and_clear();
+        let mut record = driver.recorder.take_record();
+        if reason.is_some() {
+            record.stopped_after_secs = Some(
+                started
+                    .elapsed()
+                    .as_secs_f64()
+                    .min(profile.duration().as_secs_f64()),
+            );
+        }
+        (record, reason)
+    })
+}
+
+/// Waits for the common start, then sets up the run's driver; returns it and when the
+/// run started.
+async fn driver_for(
     target: Target,
     profile: Profile,
     options: RunOptions,
     label: &str,
-) -> LoadRecord {
+) -> (Driver, Instant) {
     if let Some(wait) = options
         .start_at
         .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -324,15 +391,20 @@ async fn record_run(
     }
     let started = Instant::now();
     let started_at_unix_ms = unix_ms(SystemTime::now());
-    let empty = || LoadRecord::new(options.shard, profile, started_at_unix_ms);
+    let empty = LoadRecord::new(options.shard, profile, started_at_unix_ms);
     let driver = Driver {
         target: Arc::new(target),
-        recorder: Arc::new(Recorder::new(started, empty(), options.keep_samples)),
+        recorder: Arc::new(Recorder::new(started, empty, options.keep_samples)),
         bar: progress_bar(options.show_progress, label),
         shard: options.shard,
         started,
         deadline: started + profile.duration(),
     };
+    (driver, started)
+}
+
+/// Runs the profile's loops, then gives requests still in flight until their timeout.
+async fn drive(driver: &Driver, profile: Profile) {
     let mut tasks = match profile {
         Profile::Arrival {
             rate_per_sec,
@@ -350,12 +422,22 @@ async fn record_run(
             _ = &mut grace => { tasks.abort_all(); break; }
         }
     }
+}
+
+async fn record_run(
+    target: Target,
+    profile: Profile,
+    options: RunOptions,
+    label: &str,
+) -> LoadRecord {
+    let (driver, _) = driver_for(target, profile, options, label).await;
+    drive(&driver, profile).await;
     driver.bar.finish_and_clear();
     match Arc::try_unwrap(driver.recorder) {
         Ok(recorder) => recorder.into_record(),
         // Every task holding it has finished or been aborted, so this does not happen;
-        // an empty record would say so rather than panic.
-        Err(_) => empty(),
+        // the record is taken out all the same.
+        Err(recorder) => recorder.take_record(),
     }
 }
 

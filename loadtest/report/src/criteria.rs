@@ -9,7 +9,9 @@
 //! a bare number is ms), `errors` (failed or shed requests as a share of all, with `%`),
 //! `rps` (completed requests per second), and, where Cosmos DB was measured (`tune`,
 //! `capacity`), `throttled` (the share of Cosmos requests answered 429, with `%`) and
-//! `ru` (request units per operation).
+//! `ru` (request units per operation). Two more judge what a command concluded: `knee`
+//! (`capacity`: the highest rate that met the objective, req/s, e.g. `knee>=50`) and
+//! `diagnosis=expected` (`lab`: the diagnosis named what the stage file expects).
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,10 +33,12 @@ pub enum Figure {
     Rps,
     Throttled,
     RequestUnits,
+    Knee,
+    Diagnosis,
 }
 
 impl Figure {
-    const ALL: [(&'static str, Figure); 10] = [
+    const ALL: [(&'static str, Figure); 12] = [
         ("avg", Figure::Avg),
         ("p50", Figure::P50),
         ("p90", Figure::P90),
@@ -45,6 +49,8 @@ impl Figure {
         ("rps", Figure::Rps),
         ("throttled", Figure::Throttled),
         ("ru", Figure::RequestUnits),
+        ("knee", Figure::Knee),
+        ("diagnosis", Figure::Diagnosis),
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,9 +71,12 @@ impl Figure {
         matches!(self, Self::Errors | Self::Throttled)
     }
 
-    /// Measured only where Cosmos DB's figures are (not by `loadtest run`).
-    pub fn needs_cosmos(self) -> bool {
-        matches!(self, Self::Throttled | Self::RequestUnits)
+    /// Measured only by the commands that run stages (not by `loadtest run`).
+    pub fn only_with_stages(self) -> bool {
+        matches!(
+            self,
+            Self::Throttled | Self::RequestUnits | Self::Knee | Self::Diagnosis
+        )
     }
 
     /// The value in the unit a verdict shows it in (ms, %, req/s, RU).
@@ -75,7 +84,9 @@ impl Figure {
         match self {
             f if f.is_latency() => format!("{value:.1} ms"),
             f if f.is_share() => format!("{:.2}%", value * 100.0),
-            Self::Rps => format!("{value:.1} req/s"),
+            Self::Rps | Self::Knee => format!("{value:.1} req/s"),
+            Self::Diagnosis if value >= 1.0 => "as expected".into(),
+            Self::Diagnosis => "not as expected".into(),
             _ => format!("{value:.2} RU"),
         }
     }
@@ -114,7 +125,10 @@ pub struct Criterion {
 }
 
 const FORMAT: &str =
-    "write [stage:]figure<value, e.g. p99<1000ms, errors<1%, rps>50, 4-partition-key:p95<=200ms";
+    "write [stage:]figure<value, e.g. p99<1000ms, errors<1%, rps>50, knee>=50, 4-partition-key:p95<=200ms, or diagnosis=expected";
+
+/// The one check of a diagnosis: it named what the stage expects.
+const DIAGNOSIS_EXPECTED: &str = "diagnosis=expected";
 
 impl FromStr for Criterion {
     type Err = String;
@@ -126,6 +140,20 @@ impl FromStr for Criterion {
             Some(_) => return Err(format!("{s:?}: the stage before ':' is empty; {FORMAT}")),
             None => (None, text.as_str()),
         };
+        if expression == DIAGNOSIS_EXPECTED {
+            return Ok(Self {
+                stage,
+                figure: Figure::Diagnosis,
+                comparison: Comparison::AtLeast,
+                threshold: 1.0,
+                text: expression.to_owned(),
+            });
+        }
+        if expression.starts_with("diagnosis") {
+            return Err(format!(
+                "{s:?}: the diagnosis has one check, {DIAGNOSIS_EXPECTED}"
+            ));
+        }
         let at = expression
             .find(['<', '>'])
             .ok_or_else(|| format!("{s:?} has no < or >; {FORMAT}"))?;
@@ -179,7 +207,7 @@ fn threshold(figure: Figure, value: &str) -> Result<f64, String> {
                 f.name()
             ))
         }
-        (Figure::Rps | Figure::RequestUnits, "") => 1.0,
+        (Figure::Rps | Figure::RequestUnits | Figure::Knee, "") => 1.0,
         (f, unit) => return Err(format!("{unit:?} is not a unit of {}", f.name())),
     };
     let threshold = number * scale;
@@ -208,6 +236,10 @@ pub struct Figures {
     /// Cosmos DB's figures, when measured.
     pub throttled_share: Option<f64>,
     pub ru_per_operation: Option<f64>,
+    /// `capacity`'s knee (the highest rate met), when searched.
+    pub knee_rps: Option<f64>,
+    /// `lab`: whether the diagnosis named what the stage expects, when it expects.
+    pub diagnosis_as_expected: Option<bool>,
 }
 
 impl Figures {
@@ -219,6 +251,8 @@ impl Figures {
             latency_ms: summary.latency_ms,
             throttled_share: None,
             ru_per_operation: None,
+            knee_rps: None,
+            diagnosis_as_expected: None,
         }
     }
 
@@ -232,6 +266,8 @@ impl Figures {
             throttled_share: (cosmos.requests > 0)
                 .then(|| cosmos.throttled_requests as f64 / cosmos.requests as f64),
             ru_per_operation: (cosmos.ru_per_operation > 0.0).then_some(cosmos.ru_per_operation),
+            knee_rps: stage.capacity.as_ref().and_then(|c| c.bracket.met_rps),
+            diagnosis_as_expected: stage.lab_row().map(|row| row.agrees()),
         }
     }
 
@@ -251,6 +287,8 @@ impl Figures {
             Figure::Rps => self.throughput_rps,
             Figure::Throttled => self.throttled_share?,
             Figure::RequestUnits => self.ru_per_operation?,
+            Figure::Knee => self.knee_rps?,
+            Figure::Diagnosis => f64::from(u8::from(self.diagnosis_as_expected?)),
         })
     }
 }
@@ -392,6 +430,8 @@ mod tests {
             },
             throttled_share: None,
             ru_per_operation: None,
+            knee_rps: None,
+            diagnosis_as_expected: None,
         }
     }
 
@@ -472,6 +512,65 @@ mod tests {
         );
         assert!(verdicts.iter().all(|v| !v.passed), "{verdicts:?}");
         assert_eq!(verdicts[0].measured, "ru was not measured");
+    }
+
+    #[test]
+    fn the_knee_and_the_diagnosis_are_judged_where_measured() {
+        let knee = parse("knee>=50");
+        assert_eq!((knee.figure, knee.threshold), (Figure::Knee, 50.0));
+        assert!("diagnosis=named"
+            .parse::<Criterion>()
+            .is_err_and(|e| e.contains("diagnosis=expected")));
+        let with = |knee_rps, diagnosis_as_expected| Figures {
+            knee_rps,
+            diagnosis_as_expected,
+            ..figures(100.0, 0, 10.0)
+        };
+        let stages = [
+            ("at", with(Some(50.0), Some(true))),
+            ("below", with(Some(49.9), Some(false))),
+            ("above", with(Some(50.1), None)),
+        ];
+        let verdicts = judge(
+            &[
+                knee,
+                parse("chatty-io:diagnosis=expected"),
+                parse("diagnosis=expected"),
+            ],
+            &stages,
+        );
+        let judged: Vec<(&str, &str, bool, &str)> = verdicts
+            .iter()
+            .map(|v| {
+                (
+                    v.stage.as_str(),
+                    v.criterion.as_str(),
+                    v.passed,
+                    v.measured.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            judged,
+            [
+                ("at", "knee>=50", true, "knee = 50.0 req/s"),
+                ("below", "knee>=50", false, "knee = 49.9 req/s"),
+                ("above", "knee>=50", true, "knee = 50.1 req/s"),
+                ("at", "diagnosis=expected", true, "diagnosis = as expected"),
+                (
+                    "below",
+                    "diagnosis=expected",
+                    false,
+                    "diagnosis = not as expected"
+                ),
+                (
+                    "above",
+                    "diagnosis=expected",
+                    false,
+                    "diagnosis was not measured"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -68,21 +68,26 @@ impl StageReport {
     }
 }
 
+impl StageReport {
+    /// Its row of the matrix, when its stage file says what it expects.
+    pub fn lab_row(&self) -> Option<LabRow> {
+        let expect = self.expect.as_deref()?;
+        Some(LabRow {
+            stage: self.name.clone(),
+            antipattern: self.antipattern.clone(),
+            expect: expect.to_owned(),
+            expected: FindingKind::parse_list(expect),
+            named: self.diagnosis.as_ref().map(|d| d.kinds()),
+        })
+    }
+}
+
 impl Report {
     /// Every stage with an expectation, in run order.
     pub fn lab_matrix(&self) -> Vec<LabRow> {
         self.stages
             .iter()
-            .filter_map(|s| {
-                let expect = s.expect.as_deref()?;
-                Some(LabRow {
-                    stage: s.name.clone(),
-                    antipattern: s.antipattern.clone(),
-                    expect: expect.to_owned(),
-                    expected: FindingKind::parse_list(expect),
-                    named: s.diagnosis.as_ref().map(|d| d.kinds()),
-                })
-            })
+            .filter_map(StageReport::lab_row)
             .collect()
     }
 

@@ -82,6 +82,22 @@ pub struct RunArgs {
     pub record_samples: bool,
     #[command(flatten)]
     pub criteria: crate::criteria::CriteriaArgs,
+    /// Stop the load as soon as a `--threshold` fails, judged every second on the
+    /// figures so far (k6's `abortOnFail`); the summary, record and verdicts are still
+    /// written, and the command exits 1.
+    #[arg(long, requires = "thresholds")]
+    pub abort_on_fail: bool,
+    /// With `--abort-on-fail`: judge only from this many seconds in (k6's
+    /// `delayAbortEval`), so a ramp-up's first seconds do not stop the run.
+    #[arg(long, default_value_t = 10.0, requires = "abort_on_fail", value_parser = abort_delay)]
+    pub abort_delay: f64,
+}
+
+fn abort_delay(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.0..=3600.0).contains(&secs) => Ok(secs),
+        _ => Err(format!("{s:?}: give seconds, 0 to 3600")),
+    }
 }
 
 impl RunArgs {
@@ -152,7 +168,20 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         show_progress: args.record.as_deref() != Some(Path::new("-")),
     };
     let label = format!("run {}", args.shard);
-    let record = loadgen::run_recorded(target, profile, options, &label).await;
+    let record = if args.abort_on_fail {
+        let (record, stopped) =
+            loadgen::run_recorded_watched(target, profile, options, &label, abort_check(&args))
+                .await;
+        if let Some(reason) = stopped {
+            eprintln!(
+                "stopped after {:.1} s: {reason} (--abort-on-fail)",
+                record.stopped_after_secs.unwrap_or_default()
+            );
+        }
+        record
+    } else {
+        loadgen::run_recorded(target, profile, options, &label).await
+    };
     let summary = record.summary();
     if let Some(path) = &args.record {
         write_json(path, &record)?;
@@ -167,6 +196,21 @@ pub async fn run(args: RunArgs) -> Result<(), String> {
         &[("run", Figures::of_load(&summary))],
         stdout_taken,
     )
+}
+
+/// `--abort-on-fail`: the first threshold that fails on the figures so far, once
+/// `--abort-delay` has passed.
+fn abort_check(args: &RunArgs) -> loadgen::StopCheck<'_> {
+    Box::new(move |so_far: &LoadSummary| {
+        if so_far.duration_secs < args.abort_delay {
+            return None;
+        }
+        let figures = [("run", Figures::of_load(so_far))];
+        dronelab_report::criteria::judge(&args.criteria.thresholds, &figures)
+            .into_iter()
+            .find(|v| !v.passed)
+            .map(|v| format!("{} failed ({})", v.criterion, v.measured))
+    })
 }
 
 /// `--path` with a query of its own: one origin-form URI, sent as given.

@@ -1,16 +1,20 @@
 //! `loadtest capacity` (`tune --capacity`): per stage, instead of the step load, a
 //! calibration at low load, the model's predicted knee (printed first), then the bounded
-//! search of open-loop steps for the highest rate whose p99 and error rate meet the
-//! objective, and what saturated at the step above it. The search and the model are
-//! `dronelab_study::capacity`'s; this module drives them and measures each step.
+//! search of open-loop steps — from the calibration's rate up, independent of the
+//! prediction — for the bracket `[highest rate met, lowest missed)`, what saturated at
+//! the step above it (measured evidence only), and the capacity curve. The search and
+//! the model are `dronelab_study::capacity`'s; this module drives them and measures each
+//! step. The model's emulator settings are read from the emulator itself.
 
 use std::time::{Duration, Instant};
 
 use dronelab_contract::QueryParallelism;
-use dronelab_report::capacity::{CapacityFigures, CapacityStep};
+use dronelab_report::capacity::{
+    curve, Bracket, CapacityFigures, CapacityStep, PredictionPosition, MIN_REQUESTS,
+};
 use dronelab_report::resources::{ResourceFigures, ResourceSample};
 use dronelab_report::{CosmosMeasured, StageReport};
-use dronelab_study::capacity::{CapacityModel, KneeSearch, Prediction, Resource};
+use dronelab_study::capacity::{CapacityModel, KneeSearch, NextStep, Prediction, Resource};
 use dronelab_study::{RunProfile, Stage};
 use loadgen::{LoadSummary, Outcome, Profile, Target};
 
@@ -71,16 +75,36 @@ pub(super) const LATE_MS: f64 = 50.0;
 const THROTTLED_SHARE: f64 = 0.01;
 const SHED_SHARE: f64 = 0.01;
 const CPU_SHARE: f64 = 0.85;
-/// A rate this close to the partitions' concurrency bound saturates them.
-const NEAR_BOUND: f64 = 0.8;
 
-/// Calibration, step and cap per profile (seconds). The cap holds the whole stage:
-/// its preparation, calibration and steps.
-fn timing(profile: RunProfile) -> (f64, f64, Duration) {
-    match profile {
-        RunProfile::Quick => (8.0, 8.0, Duration::from_secs(90)),
-        RunProfile::Default => (20.0, 30.0, Duration::from_secs(600)),
-        RunProfile::Study => (30.0, 60.0, Duration::from_secs(1500)),
+/// A profile's calibration length, its steps' shortest and longest length, and the cap
+/// on a stage (its preparation, calibration and steps).
+struct Timing {
+    calibration_secs: f64,
+    step_secs: f64,
+    longest_step_secs: f64,
+    cap: Duration,
+}
+
+impl Timing {
+    fn of(profile: RunProfile) -> Self {
+        let (calibration_secs, step_secs, longest_step_secs, cap) = match profile {
+            // Quick keeps its steps short and says how many requests a p99 rests on.
+            RunProfile::Quick => (8.0, 8.0, 8.0, 180),
+            RunProfile::Default => (20.0, 30.0, 60.0, 900),
+            RunProfile::Study => (30.0, 60.0, 120.0, 2400),
+        };
+        Self {
+            calibration_secs,
+            step_secs,
+            longest_step_secs,
+            cap: Duration::from_secs(cap),
+        }
+    }
+
+    /// A step at `rate` long enough for its p99 to rest on [`MIN_REQUESTS`], within the
+    /// profile's longest step.
+    fn step_secs(&self, rate: f64) -> f64 {
+        (MIN_REQUESTS as f64 / rate.max(1e-9)).clamp(self.step_secs, self.longest_step_secs)
     }
 }
 
@@ -120,7 +144,8 @@ async fn measure<E: Environment>(
     })
 }
 
-fn step_of(rate: f64, m: &Measured, args: &CapacityArgs) -> CapacityStep {
+fn step_of(next: NextStep, m: &Measured, args: &CapacityArgs) -> CapacityStep {
+    let rate = next.rate;
     let s = &m.summary;
     let requests = s.requests.max(1) as f64;
     let count = |o: Outcome| s.outcomes.get(&o).copied().unwrap_or(0);
@@ -151,6 +176,8 @@ fn step_of(rate: f64, m: &Measured, args: &CapacityArgs) -> CapacityStep {
         hottest_thread: cpu.and_then(|c| c.hottest_thread),
         send_late_p99_ms: s.send_lateness_ms.map_or(0.0, |l| l.p99),
         dropped: count(Outcome::Dropped),
+        requests: s.requests,
+        repeat: next.repeat,
         met: s.requests > 0 && p99_ms <= args.slo_p99_ms && error_rate <= args.max_error_rate,
     }
 }
@@ -160,11 +187,12 @@ fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
-/// What saturated at `step`, and the figures that show it, checked in order: the
-/// generator (then there is no knee of the stage to claim), the RU budget, CPU, the
-/// gateway's sheds, the partitions' concurrency (by the model's bound), else nothing
-/// but the stage's own latency.
-fn saturated(step: &CapacityStep, prediction: &Prediction) -> (Resource, String) {
+/// What saturated at `step`, and the measured figures that show it, checked in order:
+/// the generator (then there is no knee of the stage to claim), the RU budget, CPU, the
+/// gateway's sheds; else no measured resource, only the stage's own latency. The
+/// partitions' concurrency is never named here: nothing measures it (the emulator
+/// counts no queue), so it stays the model's `limited_by`.
+fn saturated(step: &CapacityStep) -> (Resource, String) {
     if step.dropped > 0 || step.send_late_p99_ms > LATE_MS {
         return (
             Resource::LoadGenerator,
@@ -204,24 +232,18 @@ fn saturated(step: &CapacityStep, prediction: &Prediction) -> (Resource, String)
             ),
         );
     }
-    let slots = prediction
-        .bounds
-        .iter()
-        .find(|b| b.resource == Resource::PartitionConcurrency);
-    if let Some(bound) = slots.filter(|b| step.rate_rps >= NEAR_BOUND * b.rps) {
-        return (
-            Resource::PartitionConcurrency,
-            format!(
-                "{:.1} req/s is {:.0}% of the partitions' concurrency bound ({:.1} req/s), no 429s",
-                step.rate_rps,
-                step.rate_rps / bound.rps * 100.0,
-                bound.rps
-            ),
-        );
-    }
+    let percent =
+        |share: Option<f64>| share.map_or("not measured".into(), |s| format!("{:.1}%", s * 100.0));
     (
         Resource::LatencyObjective,
-        format!("p99 {:.0} ms with no resource saturated", step.p99_ms),
+        format!(
+            "p99 {:.0} ms with no measured resource saturated (429s {}, machine CPU {}, shed {:.1}%, sends late {:.0} ms p99)",
+            step.p99_ms,
+            percent(step.throttled_share),
+            percent(step.machine_cpu_share),
+            step.shed_share * 100.0,
+            step.send_late_p99_ms
+        ),
     )
 }
 
@@ -267,10 +289,12 @@ fn print_prediction(model: &CapacityModel, prediction: &Prediction) {
 
 fn print_step(step: &CapacityStep) {
     eprintln!(
-        "  {:>7.1} req/s offered: {:.1} complete/s, p99 {:.0} ms, errors {:.1}%{} — {}",
+        "  {:>7.1} req/s offered{}: {:.1} complete/s, p99 {:.0} ms over {} requests, errors {:.1}%{} — {}",
         step.rate_rps,
+        if step.repeat { " again (it decides the knee)" } else { "" },
         step.achieved_rps,
         step.p99_ms,
+        step.requests,
         step.error_rate * 100.0,
         step.throttled_share
             .map_or(String::new(), |t| format!(", 429s {:.1}%", t * 100.0)),
@@ -284,37 +308,63 @@ struct Search<'a> {
     stage: &'a Stage,
     args: &'a CapacityArgs,
     target: Target,
-    step_secs: f64,
+    timing: Timing,
     started: Instant,
-    cap: Duration,
 }
 
 /// What the steps found.
 struct Searched {
     search: KneeSearch,
     steps: Vec<CapacityStep>,
-    /// The measurements of the step at the knee.
-    knee: Option<Measured>,
+    /// The measurements of every step that met the objective (the knee's is shown).
+    met: Vec<(f64, Measured)>,
+    /// The calibration's, shown when no step met the objective.
+    calibration: Option<Measured>,
     capped: bool,
 }
 
+impl Searched {
+    /// The calibration is the search's first step: the doubling starts from its rate.
+    fn from_calibration(step: CapacityStep, calibration: Measured) -> Self {
+        let mut search = KneeSearch::new(CALIBRATION_RPS, MAX_RPS);
+        search.record(CALIBRATION_RPS, step.met);
+        let (met, calibration) = if step.met {
+            (vec![(CALIBRATION_RPS, calibration)], None)
+        } else {
+            (Vec::new(), Some(calibration))
+        };
+        Self {
+            search,
+            steps: vec![step],
+            met,
+            calibration,
+            capped: false,
+        }
+    }
+
+    /// The measurements to show: the knee's step (its last run when it was repeated),
+    /// else the calibration's.
+    fn shown(&mut self) -> Option<Measured> {
+        let knee = self.search.bracket().0;
+        match self.met.iter().rposition(|(rate, _)| Some(*rate) == knee) {
+            Some(at) => Some(self.met.swap_remove(at).1),
+            None => self.calibration.take(),
+        }
+    }
+}
+
 impl Search<'_> {
-    /// Runs the open-loop steps from `start` until the bracket is narrow, the steps run
-    /// out, or the next step could end past the cap.
+    /// Runs the open-loop steps until the bracket is narrow and its lower end repeated,
+    /// the steps run out, or the next step could end past the cap.
     async fn steps<E: Environment>(
         &self,
         environment: &E,
-        start: f64,
-    ) -> Result<Searched, TuneError> {
-        let longest_step = Duration::from_secs_f64(self.step_secs) + self.target.timeout;
-        let mut found = Searched {
-            search: KneeSearch::new(start, MAX_RPS),
-            steps: Vec::new(),
-            knee: None,
-            capped: false,
-        };
-        while let Some(rate) = found.search.next() {
-            if self.started.elapsed() + longest_step > self.cap {
+        found: &mut Searched,
+    ) -> Result<(), TuneError> {
+        while let Some(next) = found.search.next() {
+            let secs = self.timing.step_secs(next.rate);
+            let longest = Duration::from_secs_f64(secs) + self.target.timeout;
+            if self.started.elapsed() + longest > self.timing.cap {
                 found.capped = true;
                 break;
             }
@@ -323,19 +373,19 @@ impl Search<'_> {
                 self.run,
                 self.stage,
                 &self.target,
-                rate,
-                self.step_secs,
+                next.rate,
+                secs,
             )
             .await?;
-            let step = step_of(rate, &measured, self.args);
+            let step = step_of(next, &measured, self.args);
             print_step(&step);
-            found.search.record(rate, step.met);
-            if step.met && found.search.bracket().0 == Some(rate) {
-                found.knee = Some(measured);
+            found.search.record(next.rate, step.met);
+            if step.met {
+                found.met.push((next.rate, measured));
             }
             found.steps.push(step);
         }
-        Ok(found)
+        Ok(())
     }
 
     /// The stage's capacity figures from what the steps found.
@@ -343,46 +393,73 @@ impl Search<'_> {
         &self,
         model: &CapacityModel,
         prediction: Prediction,
+        model_source: String,
         found: &mut Searched,
     ) -> CapacityFigures {
-        let (met, missed) = found.search.bracket();
-        let find = |rate: Option<f64>| {
-            rate.and_then(|r| {
-                found
-                    .steps
-                    .iter()
-                    .find(|s| s.rate_rps == round(r, 2))
-                    .cloned()
-            })
+        let (met_rps, missed_rps) = found.search.bracket();
+        let bracket = Bracket {
+            met_rps: met_rps.map(|r| round(r, 2)),
+            missed_rps: missed_rps.map(|r| round(r, 2)),
         };
-        let (at_knee, step_above) = (find(met), find(missed));
+        // A repeated rate's last run is the one that stands.
+        let find = |rate: Option<f64>| {
+            rate.and_then(|r| found.steps.iter().rev().find(|s| s.rate_rps == r).cloned())
+        };
+        let (at_knee, step_above) = (find(bracket.met_rps), find(bracket.missed_rps));
         let (saturated, saturated_evidence) = match (&step_above, &at_knee) {
-            (Some(above), _) => saturated(above, &prediction),
+            (Some(above), _) => saturated(above),
             (None, Some(_)) => (
                 Resource::LoadGenerator,
                 format!("every step met the objective up to {MAX_RPS} req/s, the search's ceiling"),
             ),
             (None, None) => (Resource::LatencyObjective, "no step ran".into()),
         };
+        let predicted_knee_rps = round(prediction.knee_rps, 2);
         CapacityFigures {
             slo_p99_ms: self.args.slo_p99_ms,
             max_error_rate: self.args.max_error_rate,
-            max_rps_within_slo: met.map(|r| round(r, 2)),
+            bracket,
             at_knee,
             step_above,
             saturated,
             saturated_evidence,
-            predicted_knee_rps: round(prediction.knee_rps, 2),
-            relative_error: met
-                .filter(|m| *m > 0.0)
-                .map(|m| round((prediction.knee_rps - m) / m, 3)),
+            prediction: PredictionPosition::of(predicted_knee_rps, bracket),
+            predicted_knee_rps,
             predicted: prediction,
+            curve: curve(&found.steps, self.args.slo_p99_ms, self.args.max_error_rate),
+            model_source,
             capped: found.capped,
             elapsed_secs: round(self.started.elapsed().as_secs_f64(), 1),
-            cap_secs: self.cap.as_secs_f64(),
+            cap_secs: self.timing.cap.as_secs_f64(),
             steps: std::mem::take(&mut found.steps),
             plan: self.args.target_rps.map(|n| model.plan(n)),
         }
+    }
+}
+
+/// The emulator's model as it runs now, and where it came from; against another Cosmos
+/// DB (Azure) there is none, and the prediction has only the RU budget and the gateway.
+async fn emulator_model<E: Environment>(
+    environment: &E,
+) -> (Option<dronelab_study::EmulatorModel>, String) {
+    match &environment.reach().emulator {
+        None => (
+            None,
+            "not dronelab's emulator (Azure Cosmos DB?): the model has only the RU budget and the gateway's limit".into(),
+        ),
+        Some(admin) => match admin.capacity_model().await {
+            Ok(model) => (
+                Some(model),
+                format!(
+                    "read from the emulator: {} requests at once per partition, {} ms service, {} ms per RU",
+                    model.partition_concurrency, model.service_ms, model.ms_per_ru
+                ),
+            ),
+            Err(why) => (
+                None,
+                format!("{why}: the model has only the RU budget and the gateway's limit"),
+            ),
+        },
     }
 }
 
@@ -394,11 +471,10 @@ pub(super) async fn run_capacity<E: Environment>(
     stage: &Stage,
     args: &CapacityArgs,
     profile: RunProfile,
-    emulator: Option<dronelab_study::EmulatorModel>,
 ) -> Result<StageReport, TuneError> {
     let started = Instant::now();
     prepare(environment, run, stage).await?;
-    let (calibration_secs, step_secs, cap) = timing(profile);
+    let timing = Timing::of(profile);
     let mut target = run.target(stage)?;
     // A request this slow has missed the objective anyway; waiting longer for it would
     // only stretch the step past the cap.
@@ -409,41 +485,50 @@ pub(super) async fn run_capacity<E: Environment>(
         stage,
         &target,
         CALIBRATION_RPS,
-        calibration_secs,
+        timing.calibration_secs,
     )
     .await?;
-    let emulator = environment.reach().emulator.as_ref().and(emulator);
+    let (emulator, model_source) = emulator_model(environment).await;
     let model = model_of(stage, &calibration, args, emulator);
     let prediction = model.predict();
     print_prediction(&model, &prediction);
+    eprintln!("  the model's settings: {model_source}");
 
+    let first = NextStep {
+        rate: CALIBRATION_RPS,
+        repeat: false,
+    };
+    let mut found = Searched::from_calibration(step_of(first, &calibration, args), calibration);
     let search = Search {
         run,
         stage,
         args,
         target,
-        step_secs,
+        timing,
         started,
-        cap,
     };
-    let start = if prediction.knee_rps > 0.0 {
-        prediction.knee_rps / 2.0
-    } else {
-        CALIBRATION_RPS
-    };
-    let mut found = search.steps(environment, start).await?;
-    let figures = search.figures(&model, prediction, &mut found);
+    search.steps(environment, &mut found).await?;
+    let shown = found.shown();
+    let figures = search.figures(&model, prediction, model_source, &mut found);
     eprintln!(
-        "  knee {} req/s (predicted {:.1}) in {:.0} s; saturated: {} — {}",
-        figures
-            .max_rps_within_slo
-            .map_or("none".into(), |m| format!("{m:.1}")),
+        "  knee {} req/s; predicted {:.1}, {}; in {:.0} s; saturated: {} — {}",
+        figures.knee_text(),
         figures.predicted_knee_rps,
+        figures.prediction.describe(),
         figures.elapsed_secs,
         figures.saturated.describe(),
         figures.saturated_evidence
     );
-    let shown = found.knee.unwrap_or(calibration);
+    if let Some(note) = figures.basis_note() {
+        eprintln!("  {note}");
+    }
+    // The calibration met the objective when it is not kept aside, so one of them is.
+    let Some(shown) = shown else {
+        return Err(TuneError::Target(format!(
+            "{}: the capacity search kept no step to show",
+            stage.name
+        )));
+    };
     let mut report = StageReport::new(stage, &shown.summary, shown.cosmos);
     match shown.resources {
         Ok((resources, series)) => {
@@ -459,7 +544,6 @@ pub(super) async fn run_capacity<E: Environment>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dronelab_study::capacity::Bound;
 
     fn step(rate: f64) -> CapacityStep {
         CapacityStep {
@@ -474,28 +558,22 @@ mod tests {
             hottest_thread: Some(("cosmos-emulator".into(), 0.2)),
             send_late_p99_ms: 1.0,
             dropped: 0,
+            requests: 64,
+            repeat: false,
             met: false,
-        }
-    }
-
-    fn prediction(slots: f64) -> Prediction {
-        Prediction {
-            bounds: vec![Bound {
-                resource: Resource::PartitionConcurrency,
-                rps: slots,
-            }],
-            utilisation_at_knee: 0.8,
-            knee_rps: slots * 0.8,
-            limited_by: Resource::PartitionConcurrency,
         }
     }
 
     #[test]
     fn the_first_saturated_resource_is_named_in_order() {
-        let p = prediction(600.0);
-        let named = |s: CapacityStep| saturated(&s, &p).0;
-        assert_eq!(named(step(100.0)), Resource::LatencyObjective);
-        assert_eq!(named(step(500.0)), Resource::PartitionConcurrency);
+        let named = |s: CapacityStep| saturated(&s).0;
+        // Nothing measured saturated: the latency alone, with what was measured.
+        let (resource, evidence) = saturated(&step(500.0));
+        assert_eq!(resource, Resource::LatencyObjective);
+        assert!(
+            evidence.contains("429s 0.0%") && evidence.contains("CPU 30.0%"),
+            "{evidence}"
+        );
         assert_eq!(
             named(CapacityStep {
                 throttled_share: Some(0.05),
@@ -523,9 +601,41 @@ mod tests {
             throttled_share: Some(0.05),
             ..step(100.0)
         };
-        let (resource, evidence) = saturated(&late, &p);
+        let (resource, evidence) = saturated(&late);
         assert_eq!(resource, Resource::LoadGenerator);
         assert!(evidence.contains("generator's limit"), "{evidence}");
+    }
+
+    #[test]
+    fn a_modelled_bound_is_never_named_as_measured() {
+        // However close to any bound of the model, a step with nothing measured
+        // saturated names only the latency.
+        for rate in [1.0, 480.0, 5000.0] {
+            assert_eq!(saturated(&step(rate)).0, Resource::LatencyObjective);
+        }
+        let unmeasured = CapacityStep {
+            throttled_share: None,
+            machine_cpu_share: None,
+            hottest_thread: None,
+            ..step(300.0)
+        };
+        let (resource, evidence) = saturated(&unmeasured);
+        assert_eq!(resource, Resource::LatencyObjective);
+        assert!(evidence.contains("429s not measured"), "{evidence}");
+    }
+
+    #[test]
+    fn a_step_is_long_enough_for_a_thousand_requests_within_the_profile() {
+        let default = Timing::of(RunProfile::Default);
+        assert_eq!(
+            default.step_secs(100.0),
+            30.0,
+            "3,000 requests in the shortest"
+        );
+        assert_eq!(default.step_secs(20.0), 50.0, "1,000 requests");
+        assert_eq!(default.step_secs(2.0), 60.0, "the longest: fewer, and said");
+        let quick = Timing::of(RunProfile::Quick);
+        assert_eq!(quick.step_secs(2.0), quick.step_secs(500.0));
     }
 
     #[test]

@@ -216,7 +216,10 @@ async fn run_stages(args: &TuneArgs, stages: Vec<Stage>) -> Result<PathBuf, Tune
         one_partition_count(first, &stages)?;
     }
     args.criteria
-        .check_stages(stages.iter().map(|s| s.name.as_str()))
+        .check_stages(
+            stages.iter().map(|s| s.name.as_str()),
+            args.capacity.capacity,
+        )
         .map_err(TuneError::Criteria)?;
     let id = run_id();
     let dir = args.reports.join(&id);
@@ -298,7 +301,6 @@ impl Run<'_> {
                         stage,
                         &self.args.capacity,
                         self.args.profile,
-                        Some(self.model),
                     )
                     .await?
                 } else {

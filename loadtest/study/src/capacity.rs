@@ -3,9 +3,11 @@
 //!
 //! **The knee** is the highest arrival rate whose p99 stays within the objective with at
 //! most the allowed share of errors (Azure SignalR's definition of maximum throughput).
-//! [`KneeSearch`] finds it with open-loop steps: doubling from a start until a step
-//! fails, then bisecting the bracket until it is within [`REFINE`] of its lower end, at
-//! most [`MAX_STEPS`] steps (the driver also stops at the stage's time cap).
+//! [`KneeSearch`] finds it with open-loop steps: doubling from the calibration's rate
+//! until a step fails, bisecting the bracket until it is within [`REFINE`] of its lower
+//! end, then repeating the step at the lower end once, at most [`MAX_STEPS`] steps (the
+//! driver also stops at the stage's time cap). The grid owes nothing to the prediction,
+//! so a measured knee cannot land on it by construction.
 //!
 //! **The model** ([`CapacityModel::predict`]) reads a short calibration at low load —
 //! request units and partition visits per operation, the p99 and mean latency — and the
@@ -36,19 +38,32 @@ use crate::EmulatorModel;
 
 /// A bracket narrower than this share of its lower end ends the search.
 pub const REFINE: f64 = 0.1;
-/// The most steps a search takes.
-pub const MAX_STEPS: usize = 12;
+/// The most steps a search takes, the repeat of the deciding step included.
+pub const MAX_STEPS: usize = 14;
 /// The lowest rate tried (requests per second).
 pub const MIN_RPS: f64 = 0.5;
 
-/// The bounded search for the highest rate that meets the objective.
+/// The bounded search for the highest rate that meets the objective. It starts from a
+/// rate the caller chooses (the calibration's, so the grid owes nothing to the
+/// prediction), doubles until a step misses, bisects the bracket, then runs the step at
+/// its lower end once more: that step decides the knee, and one lucky step must not.
+/// A rate that missed once counts as missed, and so does every rate above it.
 #[derive(Debug, Clone)]
 pub struct KneeSearch {
     start: f64,
     max_rps: f64,
-    steps: usize,
-    met: Option<f64>,
+    /// Every rate tried, in order (a repeat appears twice).
+    tried: Vec<f64>,
+    met: Vec<f64>,
     missed: Option<f64>,
+}
+
+/// The next step of a search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NextStep {
+    pub rate: f64,
+    /// The deciding step, run a second time.
+    pub repeat: bool,
 }
 
 impl KneeSearch {
@@ -58,45 +73,60 @@ impl KneeSearch {
         Self {
             start: start.clamp(MIN_RPS, max_rps),
             max_rps,
-            steps: 0,
-            met: None,
+            tried: Vec::new(),
+            met: Vec::new(),
             missed: None,
         }
     }
 
-    /// The next rate to try; `None` when the search is over.
-    pub fn next(&self) -> Option<f64> {
-        if self.steps >= MAX_STEPS {
+    /// The next step; `None` when the search is over.
+    pub fn next(&self) -> Option<NextStep> {
+        if self.tried.len() >= MAX_STEPS {
             return None;
         }
-        match (self.met, self.missed) {
-            (None, None) => Some(self.start),
-            (Some(met), None) if met >= self.max_rps => None,
-            (Some(met), None) => Some((met * 2.0).min(self.max_rps)),
+        let fresh = |rate: f64| {
+            Some(NextStep {
+                rate,
+                repeat: false,
+            })
+        };
+        match self.bracket() {
+            (None, None) => fresh(self.start),
+            (Some(met), None) if met >= self.max_rps => self.repeat(met),
+            (Some(met), None) => fresh((met * 2.0).min(self.max_rps)),
             (None, Some(missed)) if missed / 2.0 < MIN_RPS => None,
-            (None, Some(missed)) => Some(missed / 2.0),
-            (Some(met), Some(missed)) if (missed - met) / met <= REFINE => None,
-            (Some(met), Some(missed)) => Some((met + missed) / 2.0),
+            (None, Some(missed)) => fresh(missed / 2.0),
+            (Some(met), Some(missed)) if (missed - met) / met <= REFINE => self.repeat(met),
+            (Some(met), Some(missed)) => fresh((met + missed) / 2.0),
         }
+    }
+
+    /// The step at `rate` again, unless it already ran twice.
+    fn repeat(&self, rate: f64) -> Option<NextStep> {
+        let runs = self.tried.iter().filter(|r| **r == rate).count();
+        (runs < 2).then_some(NextStep { rate, repeat: true })
     }
 
     /// Records whether the step at `rate` met the objective.
     pub fn record(&mut self, rate: f64, met: bool) {
-        self.steps += 1;
+        self.tried.push(rate);
         if met {
-            self.met = Some(self.met.map_or(rate, |m| m.max(rate)));
+            if self.missed.is_none_or(|missed| rate < missed) {
+                self.met.push(rate);
+            }
         } else {
             self.missed = Some(self.missed.map_or(rate, |m| m.min(rate)));
+            self.met.retain(|m| *m < rate);
         }
     }
 
     /// The highest rate that met the objective and the lowest that missed it.
     pub fn bracket(&self) -> (Option<f64>, Option<f64>) {
-        (self.met, self.missed)
+        (self.met.iter().copied().reduce(f64::max), self.missed)
     }
 
     pub fn steps(&self) -> usize {
-        self.steps
+        self.tried.len()
     }
 }
 
@@ -501,28 +531,68 @@ mod tests {
 
     /// A system whose p99 meets the objective up to `knee` requests per second.
     fn search(knee: f64, start: f64) -> KneeSearch {
+        search_with(start, |rate, _| rate <= knee)
+    }
+
+    fn search_with(start: f64, meets: impl Fn(f64, bool) -> bool) -> KneeSearch {
         let mut s = KneeSearch::new(start, 5000.0);
-        while let Some(rate) = s.next() {
-            s.record(rate, rate <= knee);
+        while let Some(step) = s.next() {
+            s.record(step.rate, meets(step.rate, step.repeat));
         }
         s
     }
 
     #[test]
-    fn the_search_brackets_the_knee_within_a_tenth_in_few_steps() {
-        for (knee, start) in [(40.0, 5.0), (200.0, 150.0), (35.0, 100.0)] {
+    fn the_search_brackets_the_knee_within_a_tenth_and_repeats_its_lower_end() {
+        for (knee, start) in [(40.0, 2.0), (200.0, 2.0), (460.0, 2.0), (35.0, 100.0)] {
             let s = search(knee, start);
             let (met, missed) = s.bracket();
             let (met, missed) = (met.expect("met"), missed.expect("missed"));
             assert!(met <= knee && knee < missed, "{knee}: {met}..{missed}");
             assert!((missed - met) / met <= REFINE, "{knee}: {met}..{missed}");
-            assert!(s.steps() <= 10, "{knee}: {} steps", s.steps());
+            assert!(s.steps() <= 13, "{knee}: {} steps", s.steps());
+            assert_eq!(
+                s.tried.iter().filter(|r| **r == met).count(),
+                2,
+                "{knee}: {:?}",
+                s.tried
+            );
         }
         // A start far below the knee: the steps run out first, the bracket still holds it.
-        let s = search(3000.0, 10.0);
+        let s = search(3000.0, 0.5);
         let (met, missed) = s.bracket();
         assert!(met.is_some_and(|m| m <= 3000.0) && missed.is_some_and(|m| m > 3000.0));
         assert_eq!(s.steps(), MAX_STEPS);
+    }
+
+    #[test]
+    fn the_grid_does_not_follow_the_knee() {
+        // Two knees 3 % apart end on different brackets of the same grid, and neither
+        // bracket's ends is the knee itself.
+        let a = search(100.0, 2.0).bracket();
+        let b = search(103.0, 2.0).bracket();
+        assert_ne!(a.0, Some(100.0));
+        assert_ne!(b.0, Some(103.0));
+    }
+
+    #[test]
+    fn a_deciding_step_that_misses_on_its_repeat_moves_the_knee_down() {
+        // Up to 40 req/s met, except the repeat of whichever step first decided the knee.
+        let s = search_with(2.0, |rate, repeat| rate <= 40.0 && !(repeat && rate > 36.0));
+        let (met, missed) = s.bracket();
+        let (met, missed) = (met.expect("met"), missed.expect("missed"));
+        assert!(
+            met <= 36.0 && missed <= 40.0,
+            "{met}..{missed}: {:?}",
+            s.tried
+        );
+        // A rate above 36 met once, missed its repeat and became the bracket's upper end.
+        let twice = |r: f64| s.tried.iter().filter(|t| **t == r).count() == 2;
+        assert!(
+            missed > 36.0 && twice(missed),
+            "{met}..{missed}: {:?}",
+            s.tried
+        );
     }
 
     #[test]
@@ -530,9 +600,10 @@ mod tests {
         let s = search(0.0, 10.0);
         assert_eq!(s.bracket().0, None);
         assert!(s.bracket().1.is_some_and(|missed| missed < 2.0 * MIN_RPS));
-        // One that meets it at the highest rate ends there.
+        // One that meets it at the highest rate ends there, repeated.
         let s = search(1e9, 100.0);
         assert_eq!(s.bracket(), (Some(5000.0), None));
+        assert_eq!(s.tried.iter().filter(|r| **r == 5000.0).count(), 2);
     }
 
     fn stage(ru: f64, calls: f64, p99: f64, provisioned: f64, emulator: bool) -> CapacityModel {

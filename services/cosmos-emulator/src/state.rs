@@ -33,6 +33,9 @@ pub struct AppState {
 pub struct ModelSettings {
     pub throttling: bool,
     pub latency: LatencyModel,
+    /// Requests a partition serves at once: fixed when the partitions are made, so
+    /// read-only at run time.
+    pub partition_concurrency: u16,
 }
 
 impl AppState {
@@ -51,6 +54,7 @@ impl AppState {
             model: Arc::new(RwLock::new(ModelSettings {
                 throttling: config.throttling,
                 latency: config.latency_model(),
+                partition_concurrency: config.partition_concurrency,
             })),
             bodies: BodyBudget::new(64 << 20, 4 << 20, Duration::from_secs(30)),
             max_clock_skew: (!config.allow_clock_skew).then_some(MAX_CLOCK_SKEW),

@@ -558,7 +558,52 @@ async fn changing_the_emulator_needs_the_master_key() {
         .await
         .expect("answered");
     assert_eq!(changed.status().as_u16(), 200);
-    assert_eq!(throttling(http, config_url).await, json!(false));
+    assert_eq!(
+        throttling(http.clone(), config_url.clone()).await,
+        json!(false)
+    );
+}
+
+/// The partitions' concurrency is part of the model a capacity run reads, but it is
+/// fixed when the partitions are made: another value is refused, the same one is fine.
+#[tokio::test]
+async fn the_partition_concurrency_is_read_but_not_changed() {
+    let mut with_three = config(2);
+    with_three.partition_concurrency = 3;
+    let emulator = Emulator::start(with_three).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}_emulator/config", emulator.endpoint());
+    let (status, read) = json_of(http.get(&url).send().await.expect("answered")).await;
+    assert_eq!((status, &read["partition_concurrency"]), (200, &json!(3)));
+    let post = |body: Value| {
+        http.post(&url)
+            .header(cosmos_emulator::ADMIN_KEY_HEADER, KEY)
+            .json(&body)
+            .send()
+    };
+    let (status, body) = json_of(
+        post(json!({"partition_concurrency": 8}))
+            .await
+            .expect("answered"),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--partition-concurrency 3")),
+        "{body}"
+    );
+    let (status, body) = json_of(
+        post(json!({"partition_concurrency": 3, "jitter": 0.1}))
+            .await
+            .expect("answered"),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["partition_concurrency"], &body["jitter"]),
+        (200, &json!(3), &json!(0.1))
+    );
 }
 
 /// A signature dated beyond 15 minutes from now is refused, as Cosmos DB does, unless

@@ -18,6 +18,10 @@ pub struct ModelConfig {
     pub service_ms: Option<f64>,
     pub ms_per_ru: Option<f64>,
     pub jitter: Option<f64>,
+    /// Read-only: set at start (`--partition-concurrency`); an update that names
+    /// another value is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_concurrency: Option<u16>,
 }
 
 fn describe(settings: &crate::state::ModelSettings) -> ModelConfig {
@@ -29,6 +33,7 @@ fn describe(settings: &crate::state::ModelSettings) -> ModelConfig {
         service_ms: Some(ms(settings.latency.base_service)),
         ms_per_ru: Some(ms(settings.latency.per_ru)),
         jitter: Some(settings.latency.jitter),
+        partition_concurrency: Some(settings.partition_concurrency),
     }
 }
 
@@ -70,6 +75,15 @@ pub async fn update_model_settings(
         }
     };
     let mut settings = state.model();
+    if let Some(v) = update
+        .partition_concurrency
+        .filter(|v| *v != settings.partition_concurrency)
+    {
+        return Err(super::error::ApiError::BadRequest(format!(
+            "partition_concurrency is fixed when the emulator starts (--partition-concurrency {}); cannot change it to {v}",
+            settings.partition_concurrency
+        )));
+    }
     if let Some(v) = update.throttling {
         settings.throttling = v;
     }

@@ -75,6 +75,7 @@ async fn execute(
     let ModelSettings {
         throttling,
         latency,
+        ..
     } = state.model();
     if throttling {
         for p in partitions {
