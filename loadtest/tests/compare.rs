@@ -1,6 +1,8 @@
 //! `loadtest compare` on real runs: two quick tuning runs of the same two stages are
 //! not significantly different on any figure, while stage 2 (serial fan-out) and stage
-//! 3 (parallel) of one run differ significantly in throughput and latency.
+//! 3 (parallel) of one run differ significantly in throughput and latency; halving the
+//! gateway's concurrency is significant on throughput and p99 and fails a regression
+//! gate, and repeated runs are compared as units.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,4 +114,100 @@ fn a_repeat_is_not_significant_and_parallel_queries_are() {
         .filter(|f| *f != "other")
         .collect();
     assert_eq!(significant, ["throughput", "p50", "p99"], "{stages}");
+}
+
+/// `compare`'s exit code and both outputs.
+fn compare(args: &[&str], runs: &[&Path]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .arg("compare")
+        .args(args)
+        .args(runs)
+        .output()
+        .expect("loadtest runs");
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), said)
+}
+
+/// Stage 4 twice over (`--repeat 2`) with the gateway's `--max-concurrency` (through
+/// its environment variable) at `limit`: 40 users then meet 40 or 20 places.
+fn tune_with_limit(reports: &Path, limit: &str) {
+    let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["tune", "--profile", "quick", "--owners", "300"])
+        .args(["--only", "4-partition-key", "--repeat", "2", "--reports"])
+        .arg(reports)
+        .env("RUST_LOG", "warn")
+        .env("GATEWAY_MAX_CONCURRENCY", limit)
+        .output()
+        .expect("loadtest runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+#[ignore = "needs minutes: four quick runs of stage 4 (run by .ci/run)"]
+fn halving_the_gateways_concurrency_is_significant_and_gated_as_a_regression() {
+    let dir = tempfile::tempdir().expect("dir");
+    let reports = dir.path().join("reports");
+    tune_with_limit(&reports, "40");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    tune_with_limit(&reports, "20");
+    let [a, b] = runs(&reports).try_into().expect("two runs");
+    let (a, b) = (a.as_path(), b.as_path());
+
+    // One run a side (a repeat named alone): the block bootstrap of its seconds.
+    let second = ["--stages", "4-partition-key~2:4-partition-key~2"];
+    let (code, said) = compare(&second, &[a, b]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("block bootstrap"), "{said}");
+    let significant: Vec<String> = verdicts(&said)
+        .into_iter()
+        .filter(|(_, s)| *s)
+        .map(|(f, _)| f)
+        .collect();
+    for figure in ["throughput (req/s)", "p99 (ms)"] {
+        assert!(significant.iter().any(|f| f == figure), "{figure}:\n{said}");
+    }
+
+    // The gate: throughput fell by far more than 5 %, so it fails, named, in JUnit too.
+    let junit = dir.path().join("gates.xml");
+    let junit_arg = junit.to_string_lossy().into_owned();
+    let mut gated = second.to_vec();
+    gated.extend(["--fail-on-regression", "rps:-5%", "--junit", &junit_arg]);
+    let (code, said) = compare(&gated, &[a, b]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("1 of 1 regression gates failed: 4-partition-key~2 rps:-5%"),
+        "{said}"
+    );
+    let xml = std::fs::read_to_string(&junit).expect("junit");
+    let doc = roxmltree::Document::parse(&xml).expect("JUnit parses");
+    let failures = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("failure"))
+        .count();
+    assert_eq!(failures, 1, "{xml}");
+
+    // Both runs of each side: the runs are the units.
+    let (code, said) = compare(&[], &[a, b]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("runs as units") && said.contains("several runs a side (1 stage pairs)"),
+        "{said}"
+    );
+
+    // A run against itself passes its gates, by either method.
+    for stages in [&second[..], &[]] {
+        let mut args = stages.to_vec();
+        args.extend(["--fail-on-regression", "rps:-5%", "p99:+10%"]);
+        let (code, said) = compare(&args, &[a, a]);
+        assert_eq!(code, Some(0), "{stages:?}: {said}");
+        assert!(said.contains("pass  4-partition-key"), "{said}");
+    }
 }

@@ -170,6 +170,49 @@ pub struct Difference {
 /// runs resampled independently.
 pub fn difference(a: &Side, b: &Side, resamples: usize) -> Difference {
     let everything = |side: &Side| (side.statistic)(&(0..side.seconds).collect::<Vec<_>>());
+    let drawn = draws(a, b, resamples);
+    let mut absolute: Vec<f64> = drawn.iter().map(|(x, y)| y - x).collect();
+    let mut relative = relative_draws(&drawn);
+    let below = absolute.iter().filter(|d| **d <= 0.0).count();
+    let above = absolute.iter().filter(|d| **d >= 0.0).count();
+    let p_value = (2.0 * below.min(above) as f64 / resamples.max(1) as f64).min(1.0);
+    Difference {
+        a: everything(a),
+        b: everything(b),
+        interval: percentile_interval(&mut absolute),
+        relative: (relative.len() == resamples).then(|| percentile_interval(&mut relative)),
+        p_value,
+        blocks: (a.block, b.block),
+    }
+}
+
+/// The one-sided bootstrap p-value of "B's statistic moved from A's by no more than
+/// `margin` (a share of A) in `margin`'s direction": the share of resampled relative
+/// changes that stay on the allowed side of it (up to `margin` when it is positive,
+/// down to it when negative). Small means B is beyond the margin. The same draws as
+/// [`difference`] (same seed). `None` when A's statistic was 0 in a resample.
+pub fn beyond_margin_p_value(a: &Side, b: &Side, resamples: usize, margin: f64) -> Option<f64> {
+    let drawn = draws(a, b, resamples);
+    let relative = relative_draws(&drawn);
+    if relative.len() != resamples || resamples == 0 {
+        return None;
+    }
+    let allowed = relative
+        .iter()
+        .filter(|r| {
+            if margin >= 0.0 {
+                **r <= margin
+            } else {
+                **r >= margin
+            }
+        })
+        .count();
+    Some(allowed as f64 / resamples as f64)
+}
+
+/// `resamples` pairs of (A's, B's) statistic, each side resampled by blocks on its own
+/// and spread by its variance correction and small-sample widening.
+fn draws(a: &Side, b: &Side, resamples: usize) -> Vec<(f64, f64)> {
     let mut rng = StdRng::seed_from_u64(SEED);
     let (mut drawn_a, mut drawn_b) = (Vec::new(), Vec::new());
     let mut drawn: Vec<(f64, f64)> = (0..resamples)
@@ -190,23 +233,16 @@ pub fn difference(a: &Side, b: &Side, resamples: usize) -> Difference {
         *x = mean_x + (*x - mean_x) * spread_a;
         *y = mean_y + (*y - mean_y) * spread_b;
     }
-    let mut absolute: Vec<f64> = drawn.iter().map(|(x, y)| y - x).collect();
-    let mut relative: Vec<f64> = drawn
+    drawn
+}
+
+/// (B − A) / A of each draw whose A is not 0.
+fn relative_draws(drawn: &[(f64, f64)]) -> Vec<f64> {
+    drawn
         .iter()
         .filter(|(x, _)| *x != 0.0)
         .map(|(x, y)| (y - x) / x)
-        .collect();
-    let below = absolute.iter().filter(|d| **d <= 0.0).count();
-    let above = absolute.iter().filter(|d| **d >= 0.0).count();
-    let p_value = (2.0 * below.min(above) as f64 / resamples.max(1) as f64).min(1.0);
-    Difference {
-        a: everything(a),
-        b: everything(b),
-        interval: percentile_interval(&mut absolute),
-        relative: (relative.len() == resamples).then(|| percentile_interval(&mut relative)),
-        p_value,
-        blocks: (a.block, b.block),
-    }
+        .collect()
 }
 
 /// How much wider a 95 % interval must be when its variance rests on few independent
@@ -340,6 +376,54 @@ mod tests {
         }
         let miss = coverage(0.8, 90, 12);
         assert!((0.80..0.92).contains(&miss), "the known miss moved: {miss}");
+    }
+
+    #[test]
+    fn a_change_beyond_the_margin_has_a_small_p_value_and_one_within_a_large_one() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let around = |level: f64, rng: &mut StdRng| -> Vec<f64> {
+            ar1(0.3, 60, rng)
+                .into_iter()
+                .map(|x| level + 5.0 * x)
+                .collect()
+        };
+        let (a, b, same) = (
+            around(100.0, &mut rng),
+            around(130.0, &mut rng),
+            around(100.0, &mut rng),
+        );
+        fn side<'a>(values: &[f64], statistic: &'a dyn Fn(&[usize]) -> f64) -> Side<'a> {
+            Side {
+                seconds: values.len(),
+                block: block_length(values),
+                spread: 1.0,
+                statistic,
+            }
+        }
+        let stat_a = |i: &[usize]| mean_at(&a, i);
+        let stat_b = |i: &[usize]| mean_at(&b, i);
+        let stat_same = |i: &[usize]| mean_at(&same, i);
+        let (side_a, side_b, side_same) = (
+            side(&a, &stat_a),
+            side(&b, &stat_b),
+            side(&same, &stat_same),
+        );
+        let p = |b: &Side, margin| beyond_margin_p_value(&side_a, b, 1000, margin).expect("p");
+        assert!(
+            p(&side_b, 0.10) < 0.01,
+            "+30 % is beyond +10 %: {}",
+            p(&side_b, 0.10)
+        );
+        assert!(
+            p(&side_b, 0.50) > 0.99,
+            "+30 % is within +50 %: {}",
+            p(&side_b, 0.50)
+        );
+        assert!(p(&side_same, 0.10) > 0.9, "no change is within +10 %");
+        // A fall: within -5 % for B above A, beyond it for A against B.
+        assert!(p(&side_b, -0.05) > 0.99);
+        let fell = beyond_margin_p_value(&side_b, &side_a, 1000, -0.05).expect("p");
+        assert!(fell < 0.01, "-23 % is beyond -5 %: {fell}");
     }
 
     #[test]

@@ -19,11 +19,16 @@
 //! at a family-wise 5 %), so comparing 32 figures does not call one of them different by
 //! chance alone. The interval shown is each figure's own 95 % interval, not adjusted.
 //!
-//! **What it does not measure**: a run's intervals see the noise within it. A repeat of
-//! the same run also moves between runs (a shared machine: CPU frequency, neighbours);
-//! with one run per side that between-run noise is not measured, and the output says
-//! so: a significant difference then says these two runs differ, not that the
-//! configurations do (`tune --repeat` measures the machine's spread).
+//! **Runs as units**: when both sides hold several runs of their stage (`tune --repeat`:
+//! `<stage>`, `<stage>~2`, …), each run's steady-state figure is one observation and the
+//! test is Welch's t over the runs ([`crate::run_units`]): their spread is the noise,
+//! between-run noise included. The output says which method each stage pair used.
+//!
+//! **What one run a side does not measure**: a run's intervals see the noise within it.
+//! A repeat of the same run also moves between runs (a shared machine: CPU frequency,
+//! neighbours); with one run per side that between-run noise is not measured, and the
+//! output says so: a significant difference then says these two runs differ, not that
+//! the configurations do.
 
 use std::fmt::Write as _;
 
@@ -54,13 +59,13 @@ pub enum Figure {
 
 /// A figure of one stage over its steady state: its per-second values (what the block
 /// length is chosen from) and its statistic of any selection of those seconds.
-struct SteadyFigure<'a> {
+pub(crate) struct SteadyFigure<'a> {
     per_second: Vec<f64>,
     statistic: Box<Statistic<'a>>,
 }
 
 impl SteadyFigure<'_> {
-    fn side(&self) -> Side<'_> {
+    pub(crate) fn side(&self) -> Side<'_> {
         let estimate = block_estimate(&self.per_second);
         Side {
             seconds: self.per_second.len(),
@@ -124,7 +129,7 @@ impl Figure {
     /// The figure over the stage's steady state ([`steady_seconds`]); `None` where its
     /// per-second records are missing (latency histograms, in a report written before
     /// they were kept).
-    fn steady<'a>(self, s: &'a StageReport) -> Option<SteadyFigure<'a>> {
+    pub(crate) fn steady<'a>(self, s: &'a StageReport) -> Option<SteadyFigure<'a>> {
         let steady = steady_seconds(s);
         let per_second = s.interval_secs.max(1) as f64;
         let quantile = |q: f64| -> Option<SteadyFigure<'a>> {
@@ -304,11 +309,21 @@ pub struct FigureComparison {
     pub significance: Significance,
 }
 
+/// How a stage pair was tested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// One run a side: the block bootstrap of its steady state's seconds.
+    BlockBootstrap,
+    /// Several runs a side: Welch's t over the runs' values (runs per side).
+    RunsAsUnits { runs: (usize, usize) },
+}
+
 /// A stage of run A beside a stage of run B (usually the same stage).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageComparison {
     pub stage_a: String,
     pub stage_b: String,
+    pub method: Method,
     /// Steady-state seconds of each.
     pub seconds: (usize, usize),
     pub figures: Vec<FigureComparison>,
@@ -366,7 +381,77 @@ fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureC
     }
 }
 
-fn stage_of<'r>(report: &'r Report, name: &str, which: &str) -> Result<&'r StageReport, String> {
+/// The runs of stage `name` in `report`: itself and its repeats (`name~2`, …); a
+/// repeat named on its own is one run.
+pub(crate) fn runs_of<'r>(report: &'r Report, name: &str) -> Vec<&'r StageReport> {
+    report
+        .stages
+        .iter()
+        .filter(|s| {
+            s.name == name || (stage_of_run(&s.name) == name && s.name != stage_of_run(&s.name))
+        })
+        .collect()
+}
+
+fn method_for(runs_a: &[&StageReport], runs_b: &[&StageReport]) -> Method {
+    if runs_a.len() >= crate::run_units::MIN_RUNS && runs_b.len() >= crate::run_units::MIN_RUNS {
+        Method::RunsAsUnits {
+            runs: (runs_a.len(), runs_b.len()),
+        }
+    } else {
+        Method::BlockBootstrap
+    }
+}
+
+/// The figure over each run's whole steady state; `None` when a run did not record it.
+pub(crate) fn run_values(figure: Figure, runs: &[&StageReport]) -> Option<Vec<f64>> {
+    runs.iter()
+        .map(|s| {
+            let steady = figure.steady(s)?;
+            let all: Vec<usize> = (0..steady.per_second.len()).collect();
+            (!all.is_empty()).then(|| (steady.statistic)(&all))
+        })
+        .collect()
+}
+
+/// One figure of a stage pair with several runs a side: Welch's t over the runs.
+fn compare_runs(
+    figure: Figure,
+    runs_a: &[&StageReport],
+    runs_b: &[&StageReport],
+) -> FigureComparison {
+    let (Some(a), Some(b)) = (run_values(figure, runs_a), run_values(figure, runs_b)) else {
+        return FigureComparison {
+            figure,
+            a: 0.0,
+            b: 0.0,
+            difference: None,
+            significance: Significance::NotRecorded,
+        };
+    };
+    match crate::run_units::difference(&a, &b) {
+        Some(d) => FigureComparison {
+            figure,
+            a: d.a,
+            b: d.b,
+            difference: Some(d),
+            significance: Significance::NotSignificant,
+        },
+        None => FigureComparison {
+            figure,
+            a: 0.0,
+            b: 0.0,
+            difference: None,
+            significance: Significance::TooFewSamples,
+        },
+    }
+}
+
+pub(crate) fn stage_of<'r>(
+    report: &'r Report,
+    name: &str,
+    which: &str,
+) -> Result<&'r StageReport, String> {
     report
         .stages
         .iter()
@@ -386,13 +471,19 @@ pub fn compare(
         .map(|(name_a, name_b)| {
             let (sa, sb) = (stage_of(a, name_a, "A")?, stage_of(b, name_b, "B")?);
             let typical = |s: &StageReport| s.trace_links.as_ref().and_then(|l| l.typical.clone());
+            let (runs_a, runs_b) = (runs_of(a, name_a), runs_of(b, name_b));
+            let method = method_for(&runs_a, &runs_b);
             Ok(StageComparison {
                 stage_a: name_a.clone(),
                 stage_b: name_b.clone(),
+                method,
                 seconds: (steady_seconds(sa).len(), steady_seconds(sb).len()),
                 figures: Figure::ALL
                     .iter()
-                    .map(|&figure| compare_figure(figure, sa, sb))
+                    .map(|&figure| match method {
+                        Method::BlockBootstrap => compare_figure(figure, sa, sb),
+                        Method::RunsAsUnits { .. } => compare_runs(figure, &runs_a, &runs_b),
+                    })
                     .collect(),
                 typical_trace_a: typical(sa),
                 typical_trace_b: typical(sb),
@@ -443,9 +534,17 @@ pub fn settings_differences(
     );
     check(
         "load profile",
-        format!("{:?}", a.load),
-        format!("{:?}", b.load),
+        format!("{:?} {:?}", a.profile, a.load),
+        format!("{:?} {:?}", b.profile, b.load),
     );
+    let version = |r: &Report| {
+        if r.version.is_empty() {
+            "unknown (a report from before versions were recorded)".to_owned()
+        } else {
+            r.version.clone()
+        }
+    };
+    check("binaries' version", version(a), version(b));
     check(
         "emulator model",
         format!("{:?}", a.emulator_model),
@@ -593,25 +692,46 @@ pub fn text(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
         .flat_map(|s| &s.figures)
         .filter(|f| f.difference.is_some())
         .count();
+    let by_runs = stages
+        .iter()
+        .filter(|s| matches!(s.method, Method::RunsAsUnits { .. }))
+        .count();
     let mut out = format!(
-        "A = {}, B = {}\nmethod: each figure over the stage's steady state (the load's plateau), B − A with its 95 % interval from a circular block bootstrap of the seconds ({RESAMPLES} resamples; blocks of consecutive seconds, their length from each series' autocorrelation); significant = beyond Holm's correction over the {family} figures compared (family-wise 5 %)\nnoise between runs: not measured with one run per side; a significant difference says these runs differ (tune --repeat measures this machine's spread)\n",
+        "A = {}, B = {}\nmethod: each figure over the stage's steady state (the load's plateau); significant = beyond Holm's correction over the {family} figures compared (family-wise 5 %)\n",
         a.run_id, b.run_id,
     );
+    if by_runs < stages.len() {
+        let _ = writeln!(
+            out,
+            "  one run a side ({} stage pairs): B − A with its 95 % interval from a circular block bootstrap of the seconds ({RESAMPLES} resamples; blocks of consecutive seconds, their length from each series' autocorrelation). Noise between runs is not measured: a significant difference says these runs differ (tune --repeat gives runs to compare as units)",
+            stages.len() - by_runs
+        );
+    }
+    if by_runs > 0 {
+        let _ = writeln!(
+            out,
+            "  several runs a side ({by_runs} stage pairs): the runs are the units, B − A of their means with Welch's 95 % interval; their spread, between-run noise included, is the noise (column \"runs\")"
+        );
+    }
     for stage in stages {
         let title = if stage.stage_a == stage.stage_b {
             stage.stage_a.clone()
         } else {
             format!("{} (A) vs {} (B)", stage.stage_a, stage.stage_b)
         };
+        let (method, unit) = match stage.method {
+            Method::BlockBootstrap => ("block bootstrap", "blocks"),
+            Method::RunsAsUnits { .. } => ("runs as units", "runs"),
+        };
         let _ = writeln!(
             out,
-            "\n{title} (steady state: A {} s, B {} s)",
+            "\n{title} (steady state: A {} s, B {} s; {method})",
             stage.seconds.0, stage.seconds.1
         );
         let _ = writeln!(
             out,
             "  {:<20} {:>10} {:>10} {:>18} {:>22} {:>8}  verdict",
-            "figure", "A", "B", "B - A", "95 % interval", "blocks"
+            "figure", "A", "B", "B - A", "95 % interval", unit
         );
         for f in &stage.figures {
             let _ = writeln!(out, "  {}", figure_line(f));

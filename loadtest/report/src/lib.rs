@@ -23,7 +23,9 @@ pub mod interval_latencies;
 pub mod lab;
 mod markdown;
 pub mod model;
+pub mod regression;
 pub mod resources;
+pub mod run_units;
 pub mod spans;
 mod svg;
 

@@ -262,6 +262,10 @@ pub struct Report {
     /// Which requests the services traced: the diagnosis reads only those.
     #[serde(default)]
     pub sampling: String,
+    /// The version of the binaries that ran (one workspace builds them all), so that
+    /// `compare` can tell runs of different builds apart.
+    #[serde(default)]
+    pub version: String,
     pub stages: Vec<StageReport>,
 }
 
@@ -293,6 +297,7 @@ impl Report {
                 os: std::env::consts::OS.to_owned(),
             },
             sampling: String::new(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
             stages,
         }
     }

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 
 use dronelab_report::compare::{common_stages, compare, html, settings_differences, text};
+use dronelab_report::criteria::junit_xml;
+use dronelab_report::regression::{judge_gates, verdicts, Gate};
 use dronelab_report::Report;
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +28,16 @@ pub struct CompareArgs {
     /// difference would have more than one cause.
     #[arg(long)]
     pub allow_different: bool,
+    /// Run A is the baseline: fail (exit 1) when B is worse by more than a margin,
+    /// beyond noise, e.g. `p99:+10%` (p99 rose by more than 10 %) or `rps:-5%`
+    /// (throughput fell by more than 5 %). Figures: rps, p50, p95, p99, ru, calls,
+    /// throttled, cpu. Each gate is tested one-sided on every stage pair, with Holm's
+    /// correction over them all.
+    #[arg(long, value_name = "FIGURE:±N%", num_args = 1..)]
+    pub fail_on_regression: Vec<Gate>,
+    /// Write the gates' verdicts as JUnit XML (one test case per gate and stage pair).
+    #[arg(long, value_name = "FILE", requires = "fail_on_regression")]
+    pub junit: Option<PathBuf>,
 }
 
 /// Why `compare` did not compare.
@@ -36,12 +48,15 @@ pub enum CompareError {
     /// A stage pair's settings differ (exit code 2).
     #[error("the stages' settings differ (compare them anyway with --allow-different):\n{0}")]
     Different(String),
+    /// A regression gate failed (exit code 1).
+    #[error("{0}")]
+    Regressed(String),
 }
 
 impl CompareError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Input(_) => 1,
+            Self::Input(_) | Self::Regressed(_) => 1,
             Self::Different(_) => 2,
         }
     }
@@ -98,9 +113,48 @@ pub fn run(args: CompareArgs) -> Result<(), CompareError> {
     print!("{}", text(&a, &b, &stages));
     let page = args
         .html
+        .clone()
         .unwrap_or_else(|| args.run_b.join(format!("compare-{}.html", a.run_id)));
     std::fs::write(&page, html(&a, &b, &stages))
         .map_err(|e| CompareError::Input(format!("writing {}: {e}", page.display())))?;
     println!("\nthe runs' series overlaid: {}", page.display());
-    Ok(())
+    gate(&args, &a, &b, &stages)
+}
+
+/// `--fail-on-regression`: the gates' verdicts printed (and in JUnit when asked); an
+/// error names every gate that failed.
+fn gate(
+    args: &CompareArgs,
+    a: &Report,
+    b: &Report,
+    stages: &[dronelab_report::compare::StageComparison],
+) -> Result<(), CompareError> {
+    if args.fail_on_regression.is_empty() {
+        return Ok(());
+    }
+    let verdicts = verdicts(judge_gates(a, b, stages, &args.fail_on_regression));
+    println!("\nregression gates (A = {} is the baseline):", a.run_id);
+    for verdict in &verdicts {
+        println!("  {verdict}");
+    }
+    if let Some(path) = &args.junit {
+        let suite = format!("loadtest compare {} {}", a.run_id, b.run_id);
+        std::fs::write(path, junit_xml(&suite, &verdicts))
+            .map_err(|e| CompareError::Input(format!("writing --junit {}: {e}", path.display())))?;
+    }
+    let failed: Vec<String> = verdicts
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| format!("{} {} ({})", v.stage, v.criterion, v.measured))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CompareError::Regressed(format!(
+            "{} of {} regression gates failed: {}",
+            failed.len(),
+            verdicts.len(),
+            failed.join("; ")
+        )))
+    }
 }
