@@ -116,12 +116,13 @@ fn a_repeat_is_not_significant_and_parallel_queries_are() {
     assert_eq!(significant, ["throughput", "p50", "p99"], "{stages}");
 }
 
-/// `compare`'s exit code and both outputs.
+/// `compare`'s exit code and both outputs. The runs go first: `--fail-on-regression`
+/// takes every value after it.
 fn compare(args: &[&str], runs: &[&Path]) -> (Option<i32>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .arg("compare")
-        .args(args)
         .args(runs)
+        .args(args)
         .output()
         .expect("loadtest runs");
     let said = format!(
@@ -164,6 +165,7 @@ fn halving_the_gateways_concurrency_is_significant_and_gated_as_a_regression() {
     // One run a side (a repeat named alone): the block bootstrap of its seconds.
     let second = ["--stages", "4-partition-key~2:4-partition-key~2"];
     let (code, said) = compare(&second, &[a, b]);
+    eprintln!("{said}");
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("block bootstrap"), "{said}");
     let significant: Vec<String> = verdicts(&said)
@@ -194,8 +196,20 @@ fn halving_the_gateways_concurrency_is_significant_and_gated_as_a_regression() {
         .count();
     assert_eq!(failures, 1, "{xml}");
 
+    // One run a side, widened by the spread of A's two runs (pointed to, not assumed).
+    let a_arg = a.to_string_lossy().into_owned();
+    let mut widened = second.to_vec();
+    widened.extend(["--noise-from", &a_arg]);
+    let (code, said) = compare(&widened, &[a, b]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("widened by the between-run noise of 2 recorded runs"),
+        "{said}"
+    );
+
     // Both runs of each side: the runs are the units.
     let (code, said) = compare(&[], &[a, b]);
+    eprintln!("{said}");
     assert_eq!(code, Some(0), "{said}");
     assert!(
         said.contains("runs as units") && said.contains("several runs a side (1 stage pairs)"),

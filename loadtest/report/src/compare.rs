@@ -35,6 +35,7 @@ use std::fmt::Write as _;
 use crate::block_bootstrap::{block_estimate, difference, mean_at, Difference, Side, Statistic};
 use crate::interval_latencies::IntervalLatencies;
 use crate::model::{Report, StageReport};
+use crate::run_units::RecordedNoise;
 use crate::svg::{escape, line_chart, Series};
 
 /// Bootstrap resamples per figure.
@@ -307,6 +308,9 @@ pub struct FigureComparison {
     /// The bootstrap of B − A, where both sides had enough seconds.
     pub difference: Option<Difference>,
     pub significance: Significance,
+    /// With `--noise-from`: the machine's between-run noise that widened `difference`,
+    /// and the widened standard error.
+    pub recorded_noise: Option<(RecordedNoise, f64)>,
 }
 
 /// How a stage pair was tested.
@@ -316,6 +320,9 @@ pub enum Method {
     BlockBootstrap,
     /// Several runs a side: Welch's t over the runs' values (runs per side).
     RunsAsUnits { runs: (usize, usize) },
+    /// One run a side, the bootstrap widened by the between-run noise recorded in
+    /// another report's repeats (`--noise-from`; its runs of the stage).
+    BlockBootstrapWithRecordedNoise { runs: usize },
 }
 
 /// A stage of run A beside a stage of run B (usually the same stage).
@@ -358,6 +365,7 @@ fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureC
             b: 0.0,
             difference: None,
             significance: Significance::NotRecorded,
+            recorded_noise: None,
         };
     };
     let (side_a, side_b) = (fa.side(), fb.side());
@@ -369,6 +377,7 @@ fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureC
             b: all(&side_b),
             difference: None,
             significance: Significance::TooFewSamples,
+            recorded_noise: None,
         };
     }
     let d = difference(&side_a, &side_b, RESAMPLES);
@@ -378,7 +387,32 @@ fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureC
         b: d.b,
         difference: Some(d),
         significance: Significance::NotSignificant,
+        recorded_noise: None,
     }
+}
+
+/// Widens every tested figure of `stage` by the between-run noise of its stage in
+/// `noise`'s repeats; an error when `noise` has fewer than two runs of it.
+fn widen_by_recorded_noise(stage: &mut StageComparison, noise: &Report) -> Result<(), String> {
+    let runs = runs_of(noise, stage_of_run(&stage.stage_a));
+    if runs.len() < crate::run_units::MIN_RUNS {
+        return Err(format!(
+            "--noise-from {}: no repeats of stage {} (run it with tune --repeat N)",
+            noise.run_id, stage.stage_a
+        ));
+    }
+    stage.method = Method::BlockBootstrapWithRecordedNoise { runs: runs.len() };
+    for figure in &mut stage.figures {
+        let recorded = run_values(figure.figure, &runs).and_then(|v| RecordedNoise::of(&v));
+        let (Some(d), Some(recorded)) = (figure.difference, recorded) else {
+            continue;
+        };
+        if let Some((widened, se)) = recorded.widen(d) {
+            figure.difference = Some(widened);
+            figure.recorded_noise = Some((recorded, se));
+        }
+    }
+    Ok(())
 }
 
 /// The runs of stage `name` in `report`: itself and its repeats (`name~2`, …); a
@@ -427,6 +461,7 @@ fn compare_runs(
             b: 0.0,
             difference: None,
             significance: Significance::NotRecorded,
+            recorded_noise: None,
         };
     };
     match crate::run_units::difference(&a, &b) {
@@ -436,6 +471,7 @@ fn compare_runs(
             b: d.b,
             difference: Some(d),
             significance: Significance::NotSignificant,
+            recorded_noise: None,
         },
         None => FigureComparison {
             figure,
@@ -443,6 +479,7 @@ fn compare_runs(
             b: 0.0,
             difference: None,
             significance: Significance::TooFewSamples,
+            recorded_noise: None,
         },
     }
 }
@@ -466,6 +503,18 @@ pub fn compare(
     b: &Report,
     pairs: &[(String, String)],
 ) -> Result<Vec<StageComparison>, String> {
+    compare_with_noise(a, b, pairs, None)
+}
+
+/// [`compare`], and with `noise` (a report with repeats of run A's stages, that the
+/// user pointed to) each one-run-a-side pair's intervals widened by the between-run
+/// noise recorded there.
+pub fn compare_with_noise(
+    a: &Report,
+    b: &Report,
+    pairs: &[(String, String)],
+    noise: Option<&Report>,
+) -> Result<Vec<StageComparison>, String> {
     let mut stages = pairs
         .iter()
         .map(|(name_a, name_b)| {
@@ -481,7 +530,9 @@ pub fn compare(
                 figures: Figure::ALL
                     .iter()
                     .map(|&figure| match method {
-                        Method::BlockBootstrap => compare_figure(figure, sa, sb),
+                        Method::BlockBootstrap | Method::BlockBootstrapWithRecordedNoise { .. } => {
+                            compare_figure(figure, sa, sb)
+                        }
                         Method::RunsAsUnits { .. } => compare_runs(figure, &runs_a, &runs_b),
                     })
                     .collect(),
@@ -490,6 +541,14 @@ pub fn compare(
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
+    if let Some(noise) = noise {
+        for stage in stages
+            .iter_mut()
+            .filter(|s| s.method == Method::BlockBootstrap)
+        {
+            widen_by_recorded_noise(stage, noise)?;
+        }
+    }
     let tested: Vec<&mut FigureComparison> = stages
         .iter_mut()
         .flat_map(|s| s.figures.iter_mut())
@@ -700,11 +759,28 @@ pub fn text(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
         "A = {}, B = {}\nmethod: each figure over the stage's steady state (the load's plateau); significant = beyond Holm's correction over the {family} figures compared (family-wise 5 %)\n",
         a.run_id, b.run_id,
     );
-    if by_runs < stages.len() {
+    let with_noise = stages
+        .iter()
+        .filter(|s| matches!(s.method, Method::BlockBootstrapWithRecordedNoise { .. }))
+        .count();
+    let one_run = stages.len() - by_runs - with_noise;
+    if one_run + with_noise > 0 {
         let _ = writeln!(
             out,
-            "  one run a side ({} stage pairs): B − A with its 95 % interval from a circular block bootstrap of the seconds ({RESAMPLES} resamples; blocks of consecutive seconds, their length from each series' autocorrelation). Noise between runs is not measured: a significant difference says these runs differ (tune --repeat gives runs to compare as units)",
-            stages.len() - by_runs
+            "  one run a side ({} stage pairs): B − A with its 95 % interval from a circular block bootstrap of the seconds ({RESAMPLES} resamples; blocks of consecutive seconds, their length from each series' autocorrelation)",
+            one_run + with_noise
+        );
+    }
+    if one_run > 0 {
+        let _ = writeln!(
+            out,
+            "  noise between runs is not measured for {one_run} of them: a significant difference says these runs differ (tune --repeat gives runs to compare as units; --noise-from RUN uses a run's recorded spread)"
+        );
+    }
+    if with_noise > 0 {
+        let _ = writeln!(
+            out,
+            "  {with_noise} of them widened by the between-run noise recorded in --noise-from's repeats (its relative spread on each side, Student's t on its runs less one; assumed to scale with the figure and to be alike on both sides)"
         );
     }
     if by_runs > 0 {
@@ -720,8 +796,14 @@ pub fn text(a: &Report, b: &Report, stages: &[StageComparison]) -> String {
             format!("{} (A) vs {} (B)", stage.stage_a, stage.stage_b)
         };
         let (method, unit) = match stage.method {
-            Method::BlockBootstrap => ("block bootstrap", "blocks"),
-            Method::RunsAsUnits { .. } => ("runs as units", "runs"),
+            Method::BlockBootstrap => ("block bootstrap".to_owned(), "blocks"),
+            Method::BlockBootstrapWithRecordedNoise { runs } => (
+                format!(
+                    "block bootstrap, widened by the between-run noise of {runs} recorded runs"
+                ),
+                "blocks",
+            ),
+            Method::RunsAsUnits { .. } => ("runs as units".to_owned(), "runs"),
         };
         let _ = writeln!(
             out,
@@ -933,6 +1015,79 @@ mod tests {
         assert_eq!(
             verdict(&stages, Figure::RuPerOperation),
             Significance::TooFewSamples
+        );
+    }
+
+    /// The `index`-th stage run once per base latency: `<stage>`, `<stage>~2`, ….
+    fn with_repeats(index: usize, bases: &[u64]) -> Report {
+        let mut report = stage(index, spread(bases[0]));
+        for (round, base) in bases.iter().enumerate().skip(1) {
+            let mut run = stage(index, spread(*base)).stages.remove(0);
+            run.name = repeat_name(&run.name, round as u32 + 1);
+            report.stages.push(run);
+        }
+        report
+    }
+
+    #[test]
+    fn repeated_runs_are_the_units_when_both_sides_have_them() {
+        let a = with_repeats(3, &[100_000, 104_000, 98_000]);
+        let b = with_repeats(3, &[140_000, 136_000, 145_000]);
+        let name = a.stages[0].name.clone();
+        let stages = compare(&a, &b, &[(name.clone(), name.clone())]).expect("compared");
+        assert_eq!(stages[0].method, Method::RunsAsUnits { runs: (3, 3) });
+        let p50 = stages[0]
+            .figures
+            .iter()
+            .find(|f| f.figure == Figure::P50)
+            .expect("p50");
+        assert_eq!(p50.difference.map(|d| d.blocks), Some((3, 3)));
+        assert!(p50.b > 1.3 * p50.a, "{p50:?}");
+        // A repeat named alone is one run: back to the seconds.
+        let second = repeat_name(&name, 2);
+        let stages = compare(&a, &b, &[(second.clone(), second)]).expect("compared");
+        assert_eq!(stages[0].method, Method::BlockBootstrap);
+    }
+
+    #[test]
+    fn recorded_noise_widens_a_single_run_and_must_have_repeats() {
+        let (a, b) = (stage(3, spread(100_000)), stage(3, spread(104_000)));
+        let name = a.stages[0].name.clone();
+        let pair = [(name.clone(), name)];
+        let alone = compare(&a, &b, &pair).expect("compared");
+        assert_eq!(verdict(&alone, Figure::P50), Significance::Significant);
+        // This machine's runs of the stage spread about 10 %: 4 % is within it.
+        let noise = with_repeats(3, &[100_000, 90_000, 110_000]);
+        let widened = compare_with_noise(&a, &b, &pair, Some(&noise)).expect("compared");
+        assert_eq!(
+            widened[0].method,
+            Method::BlockBootstrapWithRecordedNoise { runs: 3 }
+        );
+        assert_eq!(verdict(&widened, Figure::P50), Significance::NotSignificant);
+        let interval = |stages: &[StageComparison]| {
+            let d = stages[0]
+                .figures
+                .iter()
+                .find(|f| f.figure == Figure::P50)
+                .and_then(|f| f.difference)
+                .expect("p50");
+            d.interval.1 - d.interval.0
+        };
+        assert!(interval(&widened) > 5.0 * interval(&alone));
+        let error = compare_with_noise(&a, &b, &pair, Some(&a)).expect_err("no repeats");
+        assert!(error.contains("no repeats of stage"), "{error}");
+    }
+
+    #[test]
+    fn reports_of_other_binaries_are_named() {
+        let a = stage(3, spread(100_000));
+        let mut b = a.clone();
+        b.version = "0.2.0".into();
+        let differ = settings_differences(&a, &a.stages[0], &b, &b.stages[0]);
+        assert_eq!(differ.len(), 1, "{differ:?}");
+        assert!(
+            differ[0].starts_with("binaries' version: A 0.1.0, B 0.2.0"),
+            "{differ:?}"
         );
     }
 

@@ -7,8 +7,9 @@
 //! margin" is the null hypothesis, and the gate fails when its p-value passes Holm's
 //! correction over every gate judged (gates × stage pairs, family-wise 5 %). The
 //! p-value comes from the comparison's own method: the block bootstrap of the steady
-//! state's seconds with one run a side, Welch's t over the runs with `--repeat` runs on
-//! both sides. A change that may be beyond the margin but is within noise passes: the
+//! state's seconds with one run a side (widened by `--noise-from`'s recorded
+//! between-run noise when given), Welch's t over the runs with `--repeat` runs on both
+//! sides. A change that may be beyond the margin but is within noise passes: the
 //! gate says "regressed", never "perhaps". A figure that was not measured fails, as an
 //! unmeasured threshold does.
 
@@ -148,6 +149,11 @@ pub fn verdicts(judged: Vec<Judged>) -> Vec<Verdict> {
 /// (`None` when the figure could not be tested).
 fn gate_p_value(a: &Report, b: &Report, stage: &StageComparison, gate: &Gate) -> Option<f64> {
     match stage.method {
+        Method::BlockBootstrapWithRecordedNoise { .. } => {
+            let figure = stage.figures.iter().find(|f| f.figure == gate.figure)?;
+            let ((noise, se), d) = (figure.recorded_noise?, figure.difference?);
+            noise.beyond_margin_p_value(&d, se, gate.margin)
+        }
         Method::BlockBootstrap => {
             let (sa, sb) = (
                 stage_of(a, &stage.stage_a, "A").ok()?,

@@ -94,6 +94,77 @@ pub fn beyond_margin_p_value(a: &[f64], b: &[f64], margin: f64) -> Option<f64> {
     Some(if margin >= 0.0 { upper } else { 1.0 - upper }.clamp(0.0, 1.0))
 }
 
+/// The machine's between-run noise of a figure, from a report with repeats that the
+/// user pointed to (`compare --noise-from RUN`): its spread as a share of its level
+/// (the coefficient of variation of the runs' values) and the degrees of freedom it
+/// rests on. Assumed: the noise scales with the figure's level and is the same on both
+/// sides and in the run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecordedNoise {
+    pub relative_sd: f64,
+    pub df: f64,
+}
+
+impl RecordedNoise {
+    /// From the runs' values of one figure; `None` with fewer than [`MIN_RUNS`] or a
+    /// level of 0.
+    pub fn of(runs: &[f64]) -> Option<Self> {
+        if runs.len() < MIN_RUNS {
+            return None;
+        }
+        let (mean, variance) = moments(runs);
+        (mean != 0.0).then(|| Self {
+            relative_sd: variance.sqrt() / mean.abs(),
+            df: runs.len() as f64 - 1.0,
+        })
+    }
+
+    /// `d` (one run a side, its interval from the seconds) widened by this noise on both
+    /// sides: the standard error is the bootstrap's (its interval's half width over
+    /// 1.96) and each side's between-run variance added; the interval and two-sided
+    /// p-value from Student's t on the noise's degrees of freedom. Returns the new
+    /// difference and its standard error.
+    pub fn widen(self, d: Difference) -> Option<(Difference, f64)> {
+        let se_seconds = (d.interval.1 - d.interval.0) / (2.0 * 1.959_964);
+        let (between_a, between_b) = (self.relative_sd * d.a, self.relative_sd * d.b);
+        let se = (se_seconds.powi(2) + between_a.powi(2) + between_b.powi(2)).sqrt();
+        let change = d.b - d.a;
+        let t = students_t(self.df)?;
+        let (interval, p_value) = if se > 0.0 {
+            let q = t.inverse_cdf(0.975);
+            let p = 2.0 * (1.0 - t.cdf((change / se).abs()));
+            ((change - q * se, change + q * se), p.clamp(0.0, 1.0))
+        } else {
+            ((change, change), if change == 0.0 { 1.0 } else { 0.0 })
+        };
+        Some((
+            Difference {
+                interval,
+                relative: (d.a != 0.0).then(|| (interval.0 / d.a, interval.1 / d.a)),
+                p_value,
+                ..d
+            },
+            se,
+        ))
+    }
+
+    /// The one-sided p-value of "B moved from A by no more than `margin`" for a
+    /// difference widened by [`Self::widen`] with standard error `se`.
+    pub fn beyond_margin_p_value(self, d: &Difference, se: f64, margin: f64) -> Option<f64> {
+        let excess = d.b - (1.0 + margin) * d.a;
+        if se <= 0.0 {
+            let beyond = if margin >= 0.0 {
+                excess > 0.0
+            } else {
+                excess < 0.0
+            };
+            return Some(if beyond { 0.0 } else { 1.0 });
+        }
+        let upper = 1.0 - students_t(self.df)?.cdf(excess / se);
+        Some(if margin >= 0.0 { upper } else { 1.0 - upper }.clamp(0.0, 1.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +203,32 @@ mod tests {
             difference(&[5.0, 5.0], &[5.0, 5.0]).map(|d| d.p_value),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn recorded_noise_widens_a_difference_the_seconds_alone_call_significant() {
+        // Within the run, +5 % looks sure (interval ±1 %); the machine's runs spread 4 %.
+        let d = Difference {
+            a: 100.0,
+            b: 105.0,
+            interval: (4.0, 6.0),
+            relative: Some((0.04, 0.06)),
+            p_value: 0.0,
+            blocks: (3, 3),
+        };
+        let noise = RecordedNoise::of(&[96.0, 100.0, 104.0]).expect("noise");
+        assert!((noise.relative_sd - 0.04).abs() < 1e-12 && noise.df == 2.0);
+        let (wide, se) = noise.widen(d).expect("widened");
+        assert!(wide.p_value > 0.3, "{}", wide.p_value);
+        assert!(
+            wide.interval.0 < 0.0 && wide.interval.1 > 10.0,
+            "{:?}",
+            wide.interval
+        );
+        assert!(se > 5.0, "{se}");
+        // A gate at +10 % is not failed by +5 %.
+        assert!(noise.beyond_margin_p_value(&wide, se, 0.10).expect("p") > 0.5);
+        assert!(RecordedNoise::of(&[100.0]).is_none());
     }
 
     #[test]

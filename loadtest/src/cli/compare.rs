@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use dronelab_report::compare::{common_stages, compare, html, settings_differences, text};
+use dronelab_report::compare::{
+    common_stages, compare_with_noise, html, settings_differences, text,
+};
 use dronelab_report::criteria::junit_xml;
 use dronelab_report::regression::{judge_gates, verdicts, Gate};
 use dronelab_report::Report;
@@ -32,9 +34,15 @@ pub struct CompareArgs {
     /// beyond noise, e.g. `p99:+10%` (p99 rose by more than 10 %) or `rps:-5%`
     /// (throughput fell by more than 5 %). Figures: rps, p50, p95, p99, ru, calls,
     /// throttled, cpu. Each gate is tested one-sided on every stage pair, with Holm's
-    /// correction over them all.
+    /// correction over them all. It takes every value after it, so give the runs first
+    /// (or repeat the flag).
     #[arg(long, value_name = "FIGURE:±N%", num_args = 1..)]
     pub fail_on_regression: Vec<Gate>,
+    /// With one run a side: a report whose stages ran several times (`tune --repeat`),
+    /// whose between-run spread widens each interval (the noise a single run cannot
+    /// see). Without it, the output says that noise is not measured.
+    #[arg(long, value_name = "RUN")]
+    pub noise_from: Option<PathBuf>,
     /// Write the gates' verdicts as JUnit XML (one test case per gate and stage pair).
     #[arg(long, value_name = "FILE", requires = "fail_on_regression")]
     pub junit: Option<PathBuf>,
@@ -85,7 +93,11 @@ pub fn run(args: CompareArgs) -> Result<(), CompareError> {
             a.run_id, b.run_id
         )));
     }
-    let stages = compare(&a, &b, &pairs).map_err(CompareError::Input)?;
+    let noise = match &args.noise_from {
+        Some(dir) => Some(Report::read(dir).map_err(CompareError::Input)?),
+        None => None,
+    };
+    let stages = compare_with_noise(&a, &b, &pairs, noise.as_ref()).map_err(CompareError::Input)?;
     let mut differ = Vec::new();
     for (name_a, name_b) in &pairs {
         let found = a
