@@ -100,20 +100,6 @@ impl CriteriaArgs {
             std::fs::write(path, junit_xml(suite, &verdicts))
                 .map_err(|e| format!("writing --junit {}: {e}", path.display()))?;
         }
-        let failed: Vec<String> = verdicts
-            .iter()
-            .filter(|v| !v.passed)
-            .map(|v| format!("{} {} ({})", v.stage, v.criterion, v.measured))
-            .collect();
-        if failed.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} of {} criteria failed: {}",
-                failed.len(),
-                verdicts.len(),
-                failed.join("; ")
-            ))
-        }
+        criteria::failures(&verdicts, "criteria")
     }
 }

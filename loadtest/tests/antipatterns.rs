@@ -1,6 +1,7 @@
 //! The antipattern lab end to end: `loadtest lab` run by the real binary on the quick
 //! profile against the whole local stack — the study's four stages and every pair under
-//! `loadtest/stages/antipatterns`. The confusion matrix is diagonal; each fix lowers its
+//! `loadtest/stages/antipatterns`. The confusion matrix is diagonal (also judged by the
+//! threshold `diagnosis=expected`, one JUnit case per stage); each fix lowers its
 //! antipattern's own signal and the tail latency. The report is read back as the typed
 //! [`Report`].
 
@@ -10,16 +11,19 @@ use std::process::Command;
 use dronelab_report::{Report, StageReport};
 use trace_analysis::diagnosis::FindingKind;
 
-/// The lab's report, and its Markdown form.
-fn run_lab() -> (Report, String) {
+/// The lab's report, its Markdown form, and the JUnit of `diagnosis=expected`.
+fn run_lab() -> (Report, String, String) {
     let dir = tempfile::tempdir().expect("temp dir");
     let reports = dir.path().join("reports");
+    let junit = dir.path().join("diagnosis.xml");
     let pairs = Path::new(env!("CARGO_MANIFEST_DIR")).join("stages/antipatterns");
     let output = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(["lab", "--profile", "quick", "--owners", "300", "--stages"])
         .arg(&pairs)
         .arg("--reports")
         .arg(&reports)
+        .args(["--threshold", "diagnosis=expected", "--junit"])
+        .arg(&junit)
         .env("RUST_LOG", "warn")
         .output()
         .expect("loadtest runs");
@@ -34,6 +38,7 @@ fn run_lab() -> (Report, String) {
     (
         Report::read(&latest).expect("report.json is a Report"),
         markdown,
+        std::fs::read_to_string(&junit).expect("the thresholds' JUnit"),
     )
 }
 
@@ -50,11 +55,21 @@ fn signal(stage: &StageReport, kind: FindingKind) -> f64 {
 #[test]
 #[ignore = "needs minutes: the quick antipattern lab, sixteen stages (run by .ci/run)"]
 fn the_lab_names_every_stage_as_expected_and_every_fix_helps() {
-    let (report, markdown) = run_lab();
+    let (report, markdown, junit) = run_lab();
     let matrix = report.lab_matrix();
     assert_eq!(matrix.len(), report.stages.len(), "every stage expects");
     let wrong: Vec<_> = matrix.iter().filter(|row| !row.agrees()).collect();
     assert!(wrong.is_empty(), "off the diagonal: {wrong:?}");
+    let doc = roxmltree::Document::parse(&junit).expect("JUnit parses");
+    let cases = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .count();
+    let failures = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("failure"))
+        .count();
+    assert_eq!((cases, failures), (report.stages.len(), 0), "{junit}");
 
     let pairs = report.antipatterns();
     let kinds: Vec<&str> = pairs.iter().map(|(kind, _)| *kind).collect();

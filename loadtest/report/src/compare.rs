@@ -325,6 +325,32 @@ pub enum Method {
     BlockBootstrapWithRecordedNoise { runs: usize },
 }
 
+impl FigureComparison {
+    /// A figure tested, its verdict set later over the whole family.
+    fn tested(figure: Figure, d: Difference) -> Self {
+        Self {
+            figure,
+            a: d.a,
+            b: d.b,
+            difference: Some(d),
+            significance: Significance::NotSignificant,
+            recorded_noise: None,
+        }
+    }
+
+    /// A figure that could not be tested, and why.
+    fn untested(figure: Figure, significance: Significance) -> Self {
+        Self {
+            figure,
+            a: 0.0,
+            b: 0.0,
+            difference: None,
+            significance,
+            recorded_noise: None,
+        }
+    }
+}
+
 /// A stage of run A beside a stage of run B (usually the same stage).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageComparison {
@@ -359,14 +385,7 @@ pub fn holm(p_values: &[f64], alpha: f64) -> Vec<bool> {
 /// difference (its verdict set later, over the whole family).
 fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureComparison {
     let (Some(fa), Some(fb)) = (figure.steady(sa), figure.steady(sb)) else {
-        return FigureComparison {
-            figure,
-            a: 0.0,
-            b: 0.0,
-            difference: None,
-            significance: Significance::NotRecorded,
-            recorded_noise: None,
-        };
+        return FigureComparison::untested(figure, Significance::NotRecorded);
     };
     let (side_a, side_b) = (fa.side(), fb.side());
     let all = |side: &Side| (side.statistic)(&(0..side.seconds).collect::<Vec<_>>());
@@ -380,15 +399,7 @@ fn compare_figure(figure: Figure, sa: &StageReport, sb: &StageReport) -> FigureC
             recorded_noise: None,
         };
     }
-    let d = difference(&side_a, &side_b, RESAMPLES);
-    FigureComparison {
-        figure,
-        a: d.a,
-        b: d.b,
-        difference: Some(d),
-        significance: Significance::NotSignificant,
-        recorded_noise: None,
-    }
+    FigureComparison::tested(figure, difference(&side_a, &side_b, RESAMPLES))
 }
 
 /// Widens every tested figure of `stage` by the between-run noise of its stage in
@@ -455,32 +466,11 @@ fn compare_runs(
     runs_b: &[&StageReport],
 ) -> FigureComparison {
     let (Some(a), Some(b)) = (run_values(figure, runs_a), run_values(figure, runs_b)) else {
-        return FigureComparison {
-            figure,
-            a: 0.0,
-            b: 0.0,
-            difference: None,
-            significance: Significance::NotRecorded,
-            recorded_noise: None,
-        };
+        return FigureComparison::untested(figure, Significance::NotRecorded);
     };
     match crate::run_units::difference(&a, &b) {
-        Some(d) => FigureComparison {
-            figure,
-            a: d.a,
-            b: d.b,
-            difference: Some(d),
-            significance: Significance::NotSignificant,
-            recorded_noise: None,
-        },
-        None => FigureComparison {
-            figure,
-            a: 0.0,
-            b: 0.0,
-            difference: None,
-            significance: Significance::TooFewSamples,
-            recorded_noise: None,
-        },
+        Some(d) => FigureComparison::tested(figure, d),
+        None => FigureComparison::untested(figure, Significance::TooFewSamples),
     }
 }
 

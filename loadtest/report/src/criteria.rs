@@ -314,6 +314,26 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// `Ok` when every verdict passed, else `N of M <what> failed: <stage> <criterion>
+/// (<measured>); …`.
+pub fn failures(verdicts: &[Verdict], what: &str) -> Result<(), String> {
+    let failed: Vec<String> = verdicts
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| format!("{} {} ({})", v.stage, v.criterion, v.measured))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} {what} failed: {}",
+            failed.len(),
+            verdicts.len(),
+            failed.join("; ")
+        ))
+    }
+}
+
 /// Refuses criteria naming a stage the run does not have, before it starts.
 pub fn check_stages<'a>(
     criteria: &[Criterion],

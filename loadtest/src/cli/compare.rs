@@ -154,19 +154,6 @@ fn gate(
         std::fs::write(path, junit_xml(&suite, &verdicts))
             .map_err(|e| CompareError::Input(format!("writing --junit {}: {e}", path.display())))?;
     }
-    let failed: Vec<String> = verdicts
-        .iter()
-        .filter(|v| !v.passed)
-        .map(|v| format!("{} {} ({})", v.stage, v.criterion, v.measured))
-        .collect();
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(CompareError::Regressed(format!(
-            "{} of {} regression gates failed: {}",
-            failed.len(),
-            verdicts.len(),
-            failed.join("; ")
-        )))
-    }
+    dronelab_report::criteria::failures(&verdicts, "regression gates")
+        .map_err(CompareError::Regressed)
 }
