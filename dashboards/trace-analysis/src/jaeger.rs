@@ -35,6 +35,9 @@ impl<T> Envelope<T> {
 pub struct ApiError {
     pub code: u16,
     pub msg: String,
+    /// The trace an error is about (a trace asked for by ID that is not there).
+    #[serde(rename = "traceID", default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,8 +1,12 @@
-//! The Jaeger-compatible query API and the web UI.
+//! The Jaeger-compatible query API and the web UI. The parameter rules are those of
+//! Jaeger's query service (`cmd/query/app/query_parser.go`, `http_handler.go`); where
+//! the viewer adds to them, the rule says so.
 //!
 //! - `GET /api/services`, `GET /api/services/{service}/operations`,
-//!   `GET /api/operations?service=&spanKind=`
-//! - `GET /api/traces?service&operation&tags&tag&limit&lookback&start&end&minDuration&maxDuration`
+//!   `GET /api/operations?service=&spanKind=` (an unknown service has no operations:
+//!   200 with an empty list, as Jaeger answers)
+//! - `GET /api/traces?service&operation&tags&tag&limit&lookback&start&end&minDuration&maxDuration`,
+//!   or `GET /api/traces?traceID=…&traceID=…` (those traces exactly)
 //! - `GET /api/traces/{traceId}`
 //! - ours: `GET /api/traces/{traceId}/summary` (Cosmos calls, RU, concurrency, retry
 //!   waits), `GET /api/stats` (store counters)
@@ -21,11 +25,13 @@ use trace_analysis::jaeger::{self, ApiError, Envelope, Operation};
 use trace_analysis::summary::{summarize, TraceSummary};
 
 use crate::jaeger::from_stored;
-use crate::store::{parse_trace_id, Store, StoreStats, TraceQuery};
+use crate::store::{parse_trace_id, Store, StoreStats, TraceId, TraceQuery};
 
-/// Traces returned when `limit` is not given (Jaeger UI's default).
-pub const DEFAULT_LIMIT: usize = 20;
+/// Traces returned when `limit` is not given (Jaeger's query service's default).
+pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
+/// How far back a search looks when it gives no `start` (Jaeger's default, 2 days).
+pub const DEFAULT_LOOKBACK_NS: u64 = 2 * 86_400 * 1_000_000_000;
 
 /// The one error type of the query API: Jaeger's `errors` envelope, served as RFC 9457
 /// problem+json so both Jaeger clients and people get a readable answer.
@@ -33,10 +39,14 @@ pub const MAX_LIMIT: usize = 10_000;
 pub enum ApiProblem {
     #[error("invalid query parameter {name:?}: {detail}")]
     InvalidParam { name: &'static str, detail: String },
+    /// A search with neither `service` nor `traceID` (Jaeger's words).
+    #[error("parameter 'service' is required")]
+    ServiceRequired,
+    /// A malformed `traceID` of a search (Jaeger's words, and the value).
+    #[error("cannot parse traceID param: {0:?}")]
+    BadTraceIdParam(String),
     #[error("trace {0} not found")]
     TraceNotFound(String),
-    #[error("service {0:?} not found")]
-    ServiceNotFound(String),
 }
 
 impl IntoResponse for ApiProblem {
@@ -47,9 +57,21 @@ impl IntoResponse for ApiProblem {
                 "Invalid query parameter",
                 Some(serde_json::json!([{ "name": name, "reason": detail }])),
             ),
-            ApiProblem::TraceNotFound(_) | ApiProblem::ServiceNotFound(_) => {
-                (StatusCode::NOT_FOUND, "Not found", None)
-            }
+            ApiProblem::ServiceRequired => (
+                StatusCode::BAD_REQUEST,
+                "Invalid query parameter",
+                Some(
+                    serde_json::json!([{ "name": "service", "reason": "required without traceID" }]),
+                ),
+            ),
+            ApiProblem::BadTraceIdParam(_) => (
+                StatusCode::BAD_REQUEST,
+                "Invalid query parameter",
+                Some(
+                    serde_json::json!([{ "name": "traceID", "reason": "1 to 32 hexadecimal digits" }]),
+                ),
+            ),
+            ApiProblem::TraceNotFound(_) => (StatusCode::NOT_FOUND, "Not found", None),
         };
         let mut body = serde_json::json!({
             "type": "about:blank",
@@ -60,7 +82,7 @@ impl IntoResponse for ApiProblem {
             "total": 0,
             "limit": 0,
             "offset": 0,
-            "errors": [ApiError { code: status.as_u16(), msg: self.to_string() }],
+            "errors": [ApiError { code: status.as_u16(), msg: self.to_string(), trace_id: None }],
         });
         if let (Some(invalid), Some(map)) = (invalid, body.as_object_mut()) {
             map.insert("invalidParams".into(), invalid);
@@ -76,6 +98,7 @@ impl IntoResponse for ApiProblem {
 
 pub fn router(store: Arc<Store>) -> Router {
     let metrics = lifecycle::metrics::MetricsRegistry::default();
+    metrics.register_collector(crate::metrics::StoreCollector(store.clone()));
     Router::new()
         .route("/api/services", get(services))
         .route(
@@ -87,7 +110,8 @@ pub fn router(store: Arc<Store>) -> Router {
         .route("/api/traces/{trace_id}", get(get_trace))
         .route("/api/traces/{trace_id}/summary", get(trace_summary))
         .route("/api/stats", get(stats))
-        // The viewer's own CPU and memory, so a dashboard shows what tracing costs.
+        // The viewer's own CPU and memory, so a dashboard shows what tracing costs, and
+        // the store's counters.
         .route("/metrics", metrics.route())
         .route("/", get(index))
         .route("/search", get(index))
@@ -105,19 +129,21 @@ async fn services(State(store): State<Arc<Store>>) -> Json<Envelope<Vec<String>>
     Json(Envelope::new(services, total))
 }
 
+/// A service's operation names; none for a service the viewer has not seen (Jaeger:
+/// 200 with an empty list, not 404).
 async fn service_operations(
     State(store): State<Arc<Store>>,
     Path(service): Path<String>,
-) -> Result<Json<Envelope<Vec<String>>>, ApiProblem> {
+) -> Json<Envelope<Vec<String>>> {
     let mut names: Vec<String> = store
         .operations(&service)
-        .ok_or(ApiProblem::ServiceNotFound(service))?
+        .unwrap_or_default()
         .into_iter()
         .map(|(name, _)| name)
         .collect();
     names.dedup();
     let total = names.len();
-    Ok(Json(Envelope::new(names, total)))
+    Json(Envelope::new(names, total))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -137,11 +163,12 @@ async fn operations(
     })?;
     let ops: Vec<Operation> = store
         .operations(&service)
-        .ok_or(ApiProblem::ServiceNotFound(service))?
+        .unwrap_or_default()
         .into_iter()
         .map(|(name, kind)| Operation {
             name,
-            span_kind: kind.jaeger_name().unwrap_or("internal").to_owned(),
+            // Jaeger lists an operation of unspecified kind with an empty kind.
+            span_kind: kind.jaeger_name().unwrap_or_default().to_owned(),
         })
         .filter(|op| {
             params
@@ -154,14 +181,34 @@ async fn operations(
     Ok(Json(Envelope::new(ops, total)))
 }
 
+/// A search, or the traces asked for by `traceID` (repeatable): those found, and an
+/// error naming each that is not (Jaeger's answer; `total` is 0 on a search, as there).
 async fn find_traces(
     State(store): State<Arc<Store>>,
     Query(params): Query<Vec<(String, String)>>,
 ) -> Result<Json<Envelope<Vec<jaeger::Trace>>>, ApiProblem> {
-    let query = parse_trace_query(&params, now_ns())?;
-    let traces = store.find(&query, from_stored);
-    let total = traces.len();
-    Ok(Json(Envelope::new(traces, total)))
+    let search = parse_search(&params, now_ns())?;
+    let answer = match search {
+        Search::Query(query) => Envelope::new(store.find(&query, from_stored), 0),
+        Search::TraceIds(ids) => {
+            let mut traces = Vec::new();
+            let mut missing = Vec::new();
+            for (text, id) in ids {
+                match store.get(&id, from_stored) {
+                    Some(trace) => traces.push(trace),
+                    None => missing.push(ApiError {
+                        code: StatusCode::NOT_FOUND.as_u16(),
+                        msg: "trace not found".into(),
+                        trace_id: Some(text),
+                    }),
+                }
+            }
+            let mut envelope = Envelope::new(traces, 0);
+            envelope.errors = (!missing.is_empty()).then_some(missing);
+            envelope
+        }
+    };
+    Ok(Json(answer))
 }
 
 fn stored_trace(store: &Store, id: &str) -> Result<jaeger::Trace, ApiProblem> {
@@ -241,9 +288,40 @@ fn invalid(name: &'static str, detail: impl Into<String>) -> ApiProblem {
     }
 }
 
-/// Parses Jaeger's search parameters. `tags` is a JSON object of tag → value; `tag` may
-/// repeat as `key:value`; `start`/`end` are µs since the epoch; `lookback` (e.g. `1h`,
-/// `2d`, or `custom` to use `start`) is relative to `now_ns`.
+/// What `/api/traces` was asked: a search, or traces by ID (which win over the search
+/// parameters, as in Jaeger).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Search {
+    Query(TraceQuery),
+    /// Each ID as written, and parsed.
+    TraceIds(Vec<(String, TraceId)>),
+}
+
+/// Parses `/api/traces`' parameters (every one checked, then `service` required unless
+/// `traceID` is given, then `traceID`s).
+pub fn parse_search(params: &[(String, String)], now_ns: u64) -> Result<Search, ApiProblem> {
+    let query = parse_trace_query(params, now_ns)?;
+    let mut ids = Vec::new();
+    for (_, value) in params.iter().filter(|(name, _)| name == "traceID") {
+        let id = parse_trace_id(value.trim())
+            .ok_or_else(|| ApiProblem::BadTraceIdParam(value.clone()))?;
+        ids.push((value.trim().to_owned(), id));
+    }
+    if !ids.is_empty() {
+        return Ok(Search::TraceIds(ids));
+    }
+    if query.service.is_none() {
+        return Err(ApiProblem::ServiceRequired);
+    }
+    Ok(Search::Query(query))
+}
+
+/// Parses Jaeger's search parameters. `tags` is a JSON object of tag → string value;
+/// `tag` may repeat as `key:value`; `start`/`end` are µs since the epoch (`end`
+/// defaults to now, `start` to `end` less two days); `minDuration`/`maxDuration` are Go
+/// durations (ns, us or µs, ms, s, m, h). The viewer adds `lookback` (Jaeger UI's own
+/// parameter, which Jaeger's query service ignores): a duration, also in days (`2d`),
+/// that sets `start` when `start` is not given (`custom` leaves it to `start`).
 pub fn parse_trace_query(
     params: &[(String, String)],
     now_ns: u64,
@@ -269,20 +347,15 @@ pub fn parse_trace_query(
                     .ok_or_else(|| invalid("limit", format!("must be 1..={MAX_LIMIT}")))?
             }
             "tags" => {
-                let object: serde_json::Map<String, serde_json::Value> =
+                // Jaeger reads it into a map of strings: another value type is a 400.
+                let object: std::collections::BTreeMap<String, String> =
                     serde_json::from_str(value).map_err(|e| {
                         invalid(
                             "tags",
-                            format!("must be a JSON object of tag to value: {e}"),
+                            format!("must be a JSON object of tag to string value: {e}"),
                         )
                     })?;
-                query.tags.extend(object.into_iter().map(|(k, v)| {
-                    let text = match v {
-                        serde_json::Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    (k, text)
-                }));
+                query.tags.extend(object);
             }
             "tag" => {
                 let (k, v) = value
@@ -294,11 +367,11 @@ pub fn parse_trace_query(
             "end" => query.start_max_ns = Some(micros_param("end", value)? * 1_000),
             "minDuration" => {
                 query.min_duration_ns =
-                    Some(duration_ns(value).map_err(|e| invalid("minDuration", e))?)
+                    Some(go_duration_ns(value).map_err(|e| invalid("minDuration", e))?)
             }
             "maxDuration" => {
                 query.max_duration_ns =
-                    Some(duration_ns(value).map_err(|e| invalid("maxDuration", e))?)
+                    Some(go_duration_ns(value).map_err(|e| invalid("maxDuration", e))?)
             }
             "lookback" if value != "custom" => {
                 lookback = Some(duration_ns(value).map_err(|e| invalid("lookback", e))?)
@@ -306,8 +379,10 @@ pub fn parse_trace_query(
             _ => {}
         }
     }
-    if let (Some(lookback), None) = (lookback, query.start_min_ns) {
-        query.start_min_ns = Some(now_ns.saturating_sub(lookback));
+    let end = query.start_max_ns.unwrap_or(now_ns);
+    if query.start_min_ns.is_none() {
+        let back = lookback.unwrap_or(DEFAULT_LOOKBACK_NS);
+        query.start_min_ns = Some(end.saturating_sub(back));
     }
     if let (Some(min), Some(max)) = (query.min_duration_ns, query.max_duration_ns) {
         if min > max {
@@ -325,8 +400,19 @@ fn micros_param(name: &'static str, value: &str) -> Result<u64, ApiProblem> {
         .ok_or_else(|| invalid(name, "must be microseconds since the Unix epoch"))
 }
 
-/// Go-style durations as Jaeger takes them: `250ms`, `1.5s`, `1h30m`, `500us`, and `d`
-/// for days (lookback).
+/// A Go duration as Jaeger's `minDuration`/`maxDuration` take it (`time.ParseDuration`:
+/// ns, us or µs, ms, s, m, h — no days).
+pub fn go_duration_ns(text: &str) -> Result<u64, String> {
+    if text.contains('d') {
+        return Err(format!(
+            "{text:?} is not a Go duration (units ns, us, ms, s, m, h; no days)"
+        ));
+    }
+    duration_ns(text)
+}
+
+/// Go-style durations: `250ms`, `1.5s`, `1h30m`, `500us`, and `d` for days (the
+/// viewer's `lookback`).
 pub fn duration_ns(text: &str) -> Result<u64, String> {
     let bad = || format!("{text:?} is not a duration like 100ms, 1.5s or 2h");
     let mut rest = text;
@@ -392,7 +478,7 @@ mod tests {
                 ("service", "utilization-service"),
                 (
                     "tags",
-                    r#"{"db.response.status_code":"429","azure.cosmosdb.attempt":1}"#,
+                    r#"{"db.response.status_code":"429","azure.cosmosdb.attempt":"1"}"#,
                 ),
                 ("tag", "error:true"),
                 ("limit", "5"),
@@ -418,6 +504,8 @@ mod tests {
             ("limit", "0"),
             ("limit", "many"),
             ("tags", "{not json"),
+            ("tags", r#"{"attempt":1}"#),
+            ("minDuration", "1d"),
             ("tag", "novalue"),
             ("start", "-1"),
             ("minDuration", "soon"),

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod jaeger;
+pub mod metrics;
 pub mod otlp;
 pub mod store;
 

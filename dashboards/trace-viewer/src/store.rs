@@ -79,14 +79,16 @@ pub enum SpanKind {
 }
 
 impl SpanKind {
-    /// The `span.kind` tag value Jaeger uses (none for internal spans).
+    /// The `span.kind` tag value Jaeger's OTLP translation gives (`internal` too; none
+    /// for an unspecified kind).
     pub fn jaeger_name(self) -> Option<&'static str> {
         match self {
             Self::Server => Some("server"),
             Self::Client => Some("client"),
             Self::Producer => Some("producer"),
             Self::Consumer => Some("consumer"),
-            Self::Internal | Self::Unspecified => None,
+            Self::Internal => Some("internal"),
+            Self::Unspecified => None,
         }
     }
 }
@@ -105,6 +107,15 @@ pub struct Event {
     pub attributes: Vec<Attr>,
 }
 
+/// A span's link to another span; `child_of` when the link says so
+/// (`opentracing.ref_type=child_of`, as Jaeger's OTLP translation reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub child_of: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredSpan {
     pub span_id: SpanId,
@@ -115,10 +126,13 @@ pub struct StoredSpan {
     pub end_ns: u64,
     pub attributes: Vec<Attr>,
     pub events: Vec<Event>,
-    pub links: Vec<(TraceId, SpanId)>,
+    pub links: Vec<Link>,
     pub status: StatusCode,
     pub status_message: Option<Arc<str>>,
     pub scope: Option<Arc<str>>,
+    pub scope_version: Option<Arc<str>>,
+    /// The W3C trace state it was sent with (Jaeger's tag `w3c.tracestate`).
+    pub trace_state: Option<Arc<str>>,
     pub process: Arc<Process>,
 }
 
@@ -169,9 +183,11 @@ impl StoredSpan {
                     std::mem::size_of::<Event>() + owned_bytes(&e.name) + attrs_bytes(&e.attributes)
                 })
                 .sum::<usize>()
-            + self.links.len() * std::mem::size_of::<(TraceId, SpanId)>()
+            + self.links.len() * std::mem::size_of::<Link>()
             + self.status_message.as_ref().map_or(0, owned_bytes)
             + self.scope.as_ref().map_or(0, owned_bytes)
+            + self.scope_version.as_ref().map_or(0, owned_bytes)
+            + self.trace_state.as_ref().map_or(0, owned_bytes)
     }
 }
 
@@ -251,6 +267,9 @@ pub struct Trace {
     pub spans: Vec<StoredSpan>,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Spans refused because the trace was at [`MAX_SPANS_PER_TRACE`]: the trace is
+    /// incomplete, and says so when shown.
+    pub dropped_spans: u64,
     bytes: usize,
 }
 
@@ -288,6 +307,15 @@ impl TraceQuery {
     }
 }
 
+/// What became of a span offered to the store.
+enum Inserted {
+    Stored,
+    /// Refused: its trace is at the cap (`first`: the trace's first refused span).
+    OverCap {
+        first: bool,
+    },
+}
+
 /// Counters for `/api/stats` and the logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -300,13 +328,28 @@ pub struct StoreStats {
     pub received_spans: u64,
     pub rejected_spans: u64,
     pub evicted_traces: u64,
+    /// Export requests refused whole (too large, malformed, not OTLP…).
+    pub refused_requests: u64,
+    /// Traces that reached the per-trace cap and lost spans.
+    pub truncated_traces: u64,
 }
 
 /// What one export request did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ingested {
     pub accepted: usize,
-    pub rejected: usize,
+    /// Spans with malformed or all-zero ids.
+    pub malformed: usize,
+    /// Spans refused because their trace was at [`MAX_SPANS_PER_TRACE`].
+    pub over_cap: usize,
+    /// Traces that reached the cap in this request.
+    pub newly_truncated: usize,
+}
+
+impl Ingested {
+    pub fn rejected(&self) -> usize {
+        self.malformed + self.over_cap
+    }
 }
 
 /// Spans a receiver decoded, ready to store, and how many it could not decode.
@@ -397,6 +440,7 @@ impl Store {
         inner.stats.received_spans += (accepted + rejected) as u64;
         inner.stats.rejected_spans += rejected as u64;
         let mut dropped = 0;
+        let mut newly_truncated = 0;
         // The spans of one resource share one process: look it up once per run of them.
         let mut last: Option<(Arc<Process>, Arc<Process>)> = None;
         let mut refused: Vec<Arc<Process>> = Vec::new();
@@ -412,8 +456,9 @@ impl Store {
                 }
             };
             let process = span.process.clone();
-            if !inner.insert(trace_id, span) {
+            if let Inserted::OverCap { first } = inner.insert(trace_id, span) {
                 dropped += 1;
+                newly_truncated += usize::from(first);
                 if !refused.last().is_some_and(|p| Arc::ptr_eq(p, &process)) {
                     refused.push(process);
                 }
@@ -427,11 +472,23 @@ impl Store {
             inner.release(process);
         }
         inner.stats.rejected_spans += dropped as u64;
+        inner.stats.truncated_traces += newly_truncated as u64;
         inner.evict_to(self.limits);
         Ingested {
             accepted: accepted - dropped,
-            rejected: rejected + dropped,
+            malformed: rejected,
+            over_cap: dropped,
+            newly_truncated,
         }
+    }
+
+    /// Counts an export request refused whole.
+    pub fn count_refused_request(&self) {
+        self.inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .stats
+            .refused_requests += 1;
     }
 
     /// Runs `render` on each matching trace, newest first by start time (Jaeger's
@@ -527,8 +584,8 @@ impl Inner {
         }
     }
 
-    /// Adds one span; false if its trace is already at the per-trace cap.
-    fn insert(&mut self, trace_id: TraceId, span: StoredSpan) -> bool {
+    /// Adds one span, unless its trace is already at the per-trace cap.
+    fn insert(&mut self, trace_id: TraceId, span: StoredSpan) -> Inserted {
         let bytes = span.estimated_bytes();
         let key = (span.name.clone(), span.kind);
         let service = span.process.service.clone();
@@ -543,12 +600,16 @@ impl Inner {
                     spans: Vec::new(),
                     start_ns: span.start_ns,
                     end_ns: span.end_ns,
+                    dropped_spans: 0,
                     bytes: std::mem::size_of::<Trace>(),
                 })))
             }
         };
         if trace.spans.len() >= MAX_SPANS_PER_TRACE {
-            return false;
+            trace.dropped_spans += 1;
+            return Inserted::OverCap {
+                first: trace.dropped_spans == 1,
+            };
         }
         trace.start_ns = trace.start_ns.min(span.start_ns);
         trace.end_ns = trace.end_ns.max(span.end_ns);
@@ -562,7 +623,7 @@ impl Inner {
             .or_default()
             .entry(key)
             .or_insert(0) += 1;
-        true
+        Inserted::Stored
     }
 
     fn evict_to(&mut self, limits: Limits) {
@@ -691,6 +752,8 @@ mod tests {
                     status: StatusCode::Unset,
                     status_message: None,
                     scope: None,
+                    scope_version: None,
+                    trace_state: None,
                     process: process.clone(),
                 };
                 (id, span)

@@ -1,92 +1,14 @@
 //! The OTLP receivers over real HTTP: protobuf and JSON bodies, gRPC framing, bad input,
 //! and the store's limits holding under a bounded flood.
 
-use std::sync::Arc;
+mod common;
 
+use common::{post, request, start};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message as _;
 use serde_json::Value;
-use trace_viewer::{Limits, Listeners, Store};
-
-struct Viewer {
-    ui: String,
-    http: String,
-    grpc: String,
-    store: Arc<Store>,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-async fn start(limits: Limits) -> Viewer {
-    let listeners = Listeners::loopback().await.expect("bind");
-    let urls = listeners.urls().expect("urls");
-    let store = Arc::new(Store::new(limits));
-    let served = store.clone();
-    let task = tokio::spawn(async move {
-        let _ = trace_viewer::run(listeners, served, std::future::pending()).await;
-    });
-    Viewer {
-        ui: urls.ui,
-        http: urls.otlp_http,
-        grpc: urls.otlp_grpc,
-        store,
-        _task: task,
-    }
-}
-
-/// `traces` traces of 5 spans each, numbered from `first`, for `service`.
-fn request(service: &str, first: u64, traces: u64) -> ExportTraceServiceRequest {
-    let text = |key: &str, value: String| KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value)),
-        }),
-        ..Default::default()
-    };
-    let spans = (first..first + traces)
-        .flat_map(|t| (0..5u64).map(move |s| (t, s)))
-        .map(|(t, s)| Span {
-            trace_id: (u128::from(t) + 1).to_be_bytes().to_vec(),
-            span_id: (t * 10 + s + 1).to_be_bytes().to_vec(),
-            parent_span_id: if s == 0 {
-                vec![]
-            } else {
-                (t * 10 + 1).to_be_bytes().to_vec()
-            },
-            name: format!("op-{s}"),
-            kind: 2,
-            start_time_unix_nano: 1_700_000_000_000_000_000 + t * 1_000_000,
-            end_time_unix_nano: 1_700_000_000_000_000_000 + t * 1_000_000 + 500_000,
-            attributes: vec![text("payload", format!("trace {t} span {s}"))],
-            ..Default::default()
-        })
-        .collect();
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![text("service.name", service.to_owned())],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-}
-
-async fn post(url: &str, content_type: &str, body: Vec<u8>) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .expect("receiver answers")
-}
+use trace_viewer::Limits;
 
 #[tokio::test]
 async fn store_limits_hold_under_a_bounded_flood() {
@@ -225,7 +147,29 @@ async fn otlp_json_is_accepted_and_bad_bodies_are_refused() {
         rejected == &Value::from(1) || rejected == &Value::from("1"),
         "a span with a malformed id is rejected, not stored: {partial}"
     );
-    assert_eq!(viewer.store.stats().spans, 1);
+    assert!(
+        partial["partialSuccess"]["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 with malformed or all-zero ids")),
+        "the partial success says why: {partial}"
+    );
+    let stats = viewer.store.stats();
+    assert_eq!(stats.spans, 1);
+    // The garbage and the bad JSON were refused whole: counted, and exposed to scrapes.
+    assert!(stats.refused_requests >= 2, "{stats:?}");
+    let metrics = reqwest::get(format!("{}/metrics", viewer.ui))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(&format!(
+            "trace_viewer_refused_requests_total {}",
+            stats.refused_requests
+        )),
+        "{metrics}"
+    );
 }
 
 /// One span whose resource carries an attribute of `bytes` bytes, unique to `n`.

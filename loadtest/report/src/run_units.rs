@@ -45,8 +45,10 @@ fn students_t(df: f64) -> Option<StudentsT> {
 
 /// B's runs against A's: the means, the 95 % Welch interval of B − A (and as a share
 /// of A's mean), and the two-sided p-value of "no difference". `blocks` holds the runs
-/// per side. `None` with fewer than [`MIN_RUNS`] a side; runs that all agree exactly
-/// give a zero-width interval and p 1 (no difference) or 0.
+/// per side. `None` with fewer than [`MIN_RUNS`] a side, or when no run differs from
+/// its side's others yet the sides differ: then the runs measure no noise to test
+/// against (a percentile the histograms round alike in every run, say), and no
+/// verdict is honest. Runs that all agree, on both sides alike, differ by nothing.
 pub fn difference(a: &[f64], b: &[f64]) -> Option<Difference> {
     if a.len() < MIN_RUNS || b.len() < MIN_RUNS {
         return None;
@@ -60,7 +62,8 @@ pub fn difference(a: &[f64], b: &[f64]) -> Option<Difference> {
             let p = 2.0 * (1.0 - t.cdf((d / se).abs()));
             ((d - q * se, d + q * se), p.clamp(0.0, 1.0))
         }
-        None => ((d, d), if d == 0.0 { 1.0 } else { 0.0 }),
+        None if d == 0.0 => ((0.0, 0.0), 1.0),
+        None => return None,
     };
     Some(Difference {
         a: mean_a,

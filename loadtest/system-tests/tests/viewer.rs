@@ -338,6 +338,24 @@ async fn the_ui_draws_the_waterfall_of_a_real_trace() {
         dom.contains("gateway: GET /api/invoices"),
         "titled by its root span"
     );
+    assert!(
+        dom.contains("id=\"trace-warnings\" class=\"error-text\" hidden"),
+        "a whole trace shows no warning"
+    );
+    // The search page: a search names its service (Jaeger's rule) and lists the trace.
+    let search = rendered_dom(
+        &browser,
+        &format!("{}/search?service=gateway", run.viewer.ui),
+    )
+    .await;
+    assert!(
+        search.contains(&format!("data-trace-id=\"{}\"", run.trace_id)),
+        "the search lists the trace"
+    );
+    assert!(
+        !search.contains(">all</option>"),
+        "no search of every service"
+    );
 }
 
 /// The emulator's counters for utilization-service's container: calls answered (2xx and

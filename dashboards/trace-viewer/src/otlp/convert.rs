@@ -9,9 +9,12 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
 use crate::store::{
-    Attr, Batch, Event, Interner, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId,
+    Attr, Batch, Event, Interner, Link, Process, SpanId, SpanKind, StatusCode, StoredSpan, TraceId,
     Value, MAX_INTERNED_LEN,
 };
+
+/// The link attribute that makes a link a `CHILD_OF` reference in Jaeger.
+const REF_TYPE: &str = "opentracing.ref_type";
 
 /// Decodes an export request; spans with malformed or all-zero ids are counted as
 /// rejected, not stored.
@@ -22,11 +25,17 @@ pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> 
         for scope_spans in resource_spans.scope_spans {
             // A scope's name is an identifier (`dronelab.gateway`): a longer one is cut,
             // so every name fits the interner's bound and is counted there.
-            let scope = scope_spans
+            let (scope_name, scope_version) = scope_spans
                 .scope
-                .map(|s| s.name)
-                .filter(|n| !n.is_empty())
-                .map(|n| interner.intern(truncated(&n, MAX_INTERNED_LEN)));
+                .map(|s| (s.name, s.version))
+                .unwrap_or_default();
+            let mut identifier = |text: String| {
+                (!text.is_empty()).then(|| interner.intern(truncated(&text, MAX_INTERNED_LEN)))
+            };
+            let scope = Scope {
+                name: identifier(scope_name),
+                version: identifier(scope_version),
+            };
             for span in scope_spans.spans {
                 let (Ok(trace_id), Ok(span_id)) = (
                     TraceId::try_from(span.trace_id.as_slice()),
@@ -45,6 +54,12 @@ pub fn to_batch(request: ExportTraceServiceRequest, interner: &mut Interner) -> 
         }
     }
     batch
+}
+
+/// The instrumentation scope of a group of spans.
+struct Scope {
+    name: Option<Arc<str>>,
+    version: Option<Arc<str>>,
 }
 
 /// `text`'s first `max` bytes, cut at a character boundary.
@@ -74,7 +89,7 @@ fn process(resource: Option<Resource>, interner: &mut Interner) -> Arc<Process> 
 fn stored_span(
     span: Span,
     span_id: SpanId,
-    scope: &Option<Arc<str>>,
+    scope: &Scope,
     process: &Arc<Process>,
     interner: &mut Interner,
 ) -> StoredSpan {
@@ -123,15 +138,26 @@ fn stored_span(
             .links
             .iter()
             .filter_map(|l| {
-                Some((
-                    TraceId::try_from(l.trace_id.as_slice()).ok()?,
-                    SpanId::try_from(l.span_id.as_slice()).ok()?,
-                ))
+                Some(Link {
+                    trace_id: TraceId::try_from(l.trace_id.as_slice()).ok()?,
+                    span_id: SpanId::try_from(l.span_id.as_slice()).ok()?,
+                    child_of: l.attributes.iter().any(|kv| {
+                        kv.key == REF_TYPE
+                            && matches!(
+                                kv.value.as_ref().and_then(|v| v.value.as_ref()),
+                                Some(any_value::Value::StringValue(t)) if t == "child_of"
+                            )
+                    }),
+                })
             })
             .collect(),
         status,
         status_message,
-        scope: scope.clone(),
+        scope: scope.name.clone(),
+        scope_version: scope.version.clone(),
+        trace_state: Some(span.trace_state)
+            .filter(|t| !t.is_empty())
+            .map(|t| Arc::from(t.as_str())),
         process: process.clone(),
     }
 }
@@ -165,13 +191,15 @@ fn convert_value(interner: &mut Interner, value: Option<AnyValue>) -> Value {
     }
 }
 
-/// Arrays, maps and bytes as JSON (bytes as an array of numbers).
+/// Arrays, maps and bytes as JSON (bytes as an array of numbers). A whole double is
+/// written without a fraction (`[1,2.5]`), as Go's encoder, and so Jaeger, writes it.
 fn json_text(value: &any_value::Value) -> serde_json::Value {
     use any_value::Value as V;
     match value {
         V::StringValue(s) => s.as_str().into(),
         V::BoolValue(b) => (*b).into(),
         V::IntValue(i) => (*i).into(),
+        V::DoubleValue(f) if f.fract() == 0.0 && f.abs() < 1e15 => (*f as i64).into(),
         V::DoubleValue(f) => (*f).into(),
         V::BytesValue(b) => b.as_slice().into(),
         // An index into a profile's string table: only meaningful there.

@@ -9,8 +9,8 @@
 
 use std::convert::Infallible;
 use std::io::Read as _;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -27,7 +27,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message as _;
 use tokio::sync::Semaphore;
 
-use crate::store::{Ingested, Store};
+use crate::store::{Ingested, Store, MAX_SPANS_PER_TRACE};
 
 mod convert;
 pub mod wire;
@@ -47,12 +47,44 @@ const DECODED_IN_FLIGHT: usize = 2 * wire::MAX_DECODED_BYTES;
 /// The whole body of one request must arrive within this.
 const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What both receivers share: the store and the budgets.
+/// A warning of one kind is logged at most this often; the next says how many were
+/// held back meanwhile (a misconfigured exporter would otherwise flood the log).
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs at most one warning a [`WARN_EVERY`].
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    /// When it last logged, and how many it held back since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl WarnLimiter {
+    fn warn(&self, message: impl FnOnce() -> String) {
+        let held_back = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if state
+                .0
+                .is_some_and(|last| now.duration_since(last) < WARN_EVERY)
+            {
+                state.1 += 1;
+                return;
+            }
+            state.0 = Some(now);
+            std::mem::take(&mut state.1)
+        };
+        tracing::warn!(held_back, "{}", message());
+    }
+}
+
+/// What both receivers share: the store, the budgets and the warnings' limits.
 #[derive(Debug, Clone)]
 pub struct Receiver {
     store: Arc<Store>,
     bodies: BodyBudget,
     decoded_kib: Arc<Semaphore>,
+    refusals: Arc<WarnLimiter>,
+    truncations: Arc<WarnLimiter>,
 }
 
 impl Receiver {
@@ -61,11 +93,41 @@ impl Receiver {
             store,
             bodies: BodyBudget::new(BODIES_IN_FLIGHT, MAX_REQUEST_BYTES, BODY_READ_TIMEOUT),
             decoded_kib: Arc::new(Semaphore::new(DECODED_IN_FLIGHT / 1024)),
+            refusals: Arc::default(),
+            truncations: Arc::default(),
         }
     }
 
-    /// Reads, inflates, estimates and decodes one request, then stores its spans.
+    /// Stores one request's spans; a refused request and a trace cut at the per-trace
+    /// cap are counted and logged (at warn, at most one of each kind per [`WARN_EVERY`]).
     async fn export(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        gzip: bool,
+        encoding: Encoding,
+    ) -> Result<Ingested, Refusal> {
+        let exported = self.decode_and_store(headers, body, gzip, encoding).await;
+        match &exported {
+            Err(refusal) => {
+                self.store.count_refused_request();
+                self.refusals.warn(|| {
+                    format!("refused an OTLP export request ({}): {}", refusal.status, refusal.message)
+                });
+            }
+            Ok(ingested) if ingested.newly_truncated > 0 => self.truncations.warn(|| {
+                format!(
+                    "{} traces reached the limit of {MAX_SPANS_PER_TRACE} spans per trace; their further spans are dropped and the traces are marked truncated",
+                    ingested.newly_truncated
+                )
+            }),
+            Ok(_) => {}
+        }
+        exported
+    }
+
+    /// Reads, inflates, estimates and decodes one request, then stores its spans.
+    async fn decode_and_store(
         &self,
         headers: &HeaderMap,
         body: Body,
@@ -199,11 +261,25 @@ fn inflate(compressed: &[u8]) -> Result<Bytes, Refusal> {
     }
 }
 
+/// The answer: a partial success names how many spans were refused and why.
 fn response_for(ingested: Ingested) -> ExportTraceServiceResponse {
+    let mut why = Vec::new();
+    if ingested.malformed > 0 {
+        why.push(format!(
+            "{} with malformed or all-zero ids",
+            ingested.malformed
+        ));
+    }
+    if ingested.over_cap > 0 {
+        why.push(format!(
+            "{} beyond the limit of {MAX_SPANS_PER_TRACE} spans per trace",
+            ingested.over_cap
+        ));
+    }
     ExportTraceServiceResponse {
-        partial_success: (ingested.rejected > 0).then(|| ExportTracePartialSuccess {
-            rejected_spans: ingested.rejected as i64,
-            error_message: "spans with malformed ids, or beyond the per-trace limit".into(),
+        partial_success: (ingested.rejected() > 0).then(|| ExportTracePartialSuccess {
+            rejected_spans: ingested.rejected() as i64,
+            error_message: format!("{} spans refused: {}", ingested.rejected(), why.join(", ")),
         }),
     }
 }
@@ -483,10 +559,24 @@ mod tests {
             ingest(&store, bad),
             Ingested {
                 accepted: 0,
-                rejected: 2
+                malformed: 2,
+                over_cap: 0,
+                newly_truncated: 0,
             }
         );
         assert_eq!(store.stats().spans, 0);
+        let named = response_for(Ingested {
+            accepted: 1,
+            malformed: 2,
+            over_cap: 5,
+            newly_truncated: 1,
+        });
+        let partial = named.partial_success.expect("a partial success");
+        assert_eq!(partial.rejected_spans, 7);
+        assert_eq!(
+            partial.error_message,
+            "7 spans refused: 2 with malformed or all-zero ids, 5 beyond the limit of 10000 spans per trace"
+        );
     }
 
     #[test]

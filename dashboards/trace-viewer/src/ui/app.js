@@ -44,8 +44,9 @@ async function loadServices() {
   const services = (await api("/api/services")).data;
   services.forEach(colorOf); // sorted: the same service keeps its colour on every page
   const select = $("service");
-  select.replaceChildren(el("option", { value: "" }, "all"));
-  for (const s of services) select.append(el("option", { value: s }, s));
+  // A search names its service, as Jaeger's API requires (no "all").
+  select.replaceChildren(...services.map((s) => el("option", { value: s }, s)));
+  if (!services.length) select.append(el("option", { value: "" }, "no spans received yet"));
   const params = new URLSearchParams(location.search);
   if (params.get("service")) select.value = params.get("service");
   else if (services.includes("gateway")) select.value = "gateway";
@@ -190,8 +191,17 @@ async function showTrace(traceId) {
   summary = summary.data;
   const root = rootOf(trace);
   $("trace-title").textContent = `${trace.processes[root.processID].serviceName}: ${root.operationName} · ${traceId}`;
+  showWarnings(trace);
   showSummary(summary);
   drawWaterfall(trace, summary);
+}
+
+// Warnings the viewer put on spans (a trace cut at the per-trace limit), as Jaeger UI
+// shows them: above the trace, not hidden in one span's details.
+function showWarnings(trace) {
+  const warnings = trace.spans.flatMap((s) => (s.warnings || []).map((w) => `${s.operationName}: ${w}`));
+  $("trace-warnings").replaceChildren(...warnings.map((w) => el("li", { class: "trace-warning" }, w)));
+  $("trace-warnings").hidden = warnings.length === 0;
 }
 
 function drawWaterfall(trace, summary) {

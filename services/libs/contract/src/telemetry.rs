@@ -62,6 +62,9 @@ pub mod attribute {
     pub const OTEL_STATUS_CODE: &str = "otel.status_code";
     pub const OTEL_STATUS_DESCRIPTION: &str = "otel.status_description";
     pub const OTEL_SCOPE_NAME: &str = "otel.scope.name";
+    pub const OTEL_SCOPE_VERSION: &str = "otel.scope.version";
+    /// The span's W3C trace state, as Jaeger's OTLP translation tags it.
+    pub const W3C_TRACESTATE: &str = "w3c.tracestate";
     pub const ERROR: &str = "error";
 }
 
