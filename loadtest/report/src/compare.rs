@@ -602,10 +602,12 @@ pub fn settings_differences(
     differ
 }
 
-/// The stages both runs have, in run A's order, each compared with itself.
+/// The stages both runs have, in run A's order, each compared with itself; a stage's
+/// repeats (`<stage>~2`…) are not pairs of their own but runs of their stage.
 pub fn common_stages(a: &Report, b: &Report) -> Vec<(String, String)> {
     a.stages
         .iter()
+        .filter(|s| stage_of_run(&s.name) == s.name)
         .filter(|s| b.stages.iter().any(|t| t.name == s.name))
         .map(|s| (s.name.clone(), s.name.clone()))
         .collect()
@@ -1024,6 +1026,11 @@ mod tests {
         let a = with_repeats(3, &[100_000, 104_000, 98_000]);
         let b = with_repeats(3, &[140_000, 136_000, 145_000]);
         let name = a.stages[0].name.clone();
+        assert_eq!(
+            common_stages(&a, &b),
+            [(name.clone(), name.clone())],
+            "repeats are runs of their stage, not pairs of their own"
+        );
         let stages = compare(&a, &b, &[(name.clone(), name.clone())]).expect("compared");
         assert_eq!(stages[0].method, Method::RunsAsUnits { runs: (3, 3) });
         let p50 = stages[0]
