@@ -245,19 +245,18 @@ impl Recorder {
         record.summary()
     }
 
-    /// The record so far, taken out (requests still finishing add to an empty one).
-    fn take_record(&self) -> LoadRecord {
-        let mut record = self.record();
-        let empty = LoadRecord::new(record.shard, record.profile, record.started_at_unix_ms);
-        std::mem::replace(&mut *record, empty)
-    }
-
-    /// The run's record.
-    pub fn into_record(self) -> LoadRecord {
-        let mut record = self.record.into_inner().unwrap_or_else(|e| e.into_inner());
+    /// The run's record so far, with its samples, taken out: requests still finishing
+    /// (cut off by a stop) add to an empty one.
+    pub fn take_record(&self) -> LoadRecord {
+        let mut record = {
+            let mut held = self.record();
+            let empty = LoadRecord::new(held.shard, held.profile, held.started_at_unix_ms);
+            std::mem::replace(&mut *held, empty)
+        };
         record.samples_us = self
             .samples
-            .map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
+            .as_ref()
+            .map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|e| e.into_inner())))
             .filter(|s| s.len() < MAX_SAMPLES);
         record
     }
@@ -433,12 +432,7 @@ async fn record_run(
     let (driver, _) = driver_for(target, profile, options, label).await;
     drive(&driver, profile).await;
     driver.bar.finish_and_clear();
-    match Arc::try_unwrap(driver.recorder) {
-        Ok(recorder) => recorder.into_record(),
-        // Every task holding it has finished or been aborted, so this does not happen;
-        // the record is taken out all the same.
-        Err(recorder) => recorder.take_record(),
-    }
+    driver.recorder.take_record()
 }
 
 /// Milliseconds since the Unix epoch.
@@ -684,7 +678,7 @@ mod tests {
             Outcome::Ok,
             Duration::from_millis(1000),
         );
-        let s = recorder.into_record().summary();
+        let s = recorder.take_record().summary();
         assert_eq!(
             (s.requests, s.successful_requests, s.failed_requests),
             (6, 5, 1)
