@@ -75,14 +75,8 @@ fn sample_text(args: &DiagnoseArgs, traces: usize) -> String {
 /// One line per link.
 pub fn links_text(links: &TraceLinks, indent: &str) -> String {
     let mut out = String::new();
-    for (label, link) in [
-        ("typical trace", &links.typical),
-        ("slowest trace", &links.slowest),
-        ("trace with a 429", &links.throttled),
-    ] {
-        if let Some(link) = link {
-            out.push_str(&format!("{indent}{label:17} {link}\n"));
-        }
+    for (label, link) in links.labelled() {
+        out.push_str(&format!("{indent}{label:17} {link}\n"));
     }
     out
 }

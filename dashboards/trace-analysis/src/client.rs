@@ -75,6 +75,59 @@ impl TraceApi {
         format!("{}trace/{trace_id}", self.base)
     }
 
+    /// The viewer's stage page for a window: its critical path by operation.
+    pub fn critical_path_link(&self, window: &TraceWindow) -> Option<String> {
+        let (start, end) = (window.start_us?, window.end_us?);
+        let mut url = self.base.join("stage").ok()?;
+        url.query_pairs_mut()
+            .append_pair("service", &window.service)
+            .append_pair("operation", &window.operation)
+            .append_pair("start", &start.to_string())
+            .append_pair("end", &end.to_string());
+        Some(url.into())
+    }
+
+    /// Tells the trace viewer a stage's name and window (`POST /api/stages`), for its
+    /// stage filter and stage page. A Jaeger query service has no such endpoint: the
+    /// error says so and the caller goes on without.
+    pub async fn announce_stage(
+        &self,
+        name: &str,
+        start_us: u64,
+        end_us: u64,
+    ) -> Result<(), ClientError> {
+        let url = self
+            .base
+            .join("api/stages")
+            .unwrap_or_else(|_| self.base.clone());
+        let shown = url.to_string();
+        let response = self
+            .http
+            .post(url)
+            .timeout(Duration::from_secs(10))
+            .json(&serde_json::json!({ "name": name, "start": start_us, "end": end_us }))
+            .send()
+            .await
+            .map_err(|source| ClientError::Unreachable {
+                url: shown.clone(),
+                source,
+            })?;
+        if !response.status().is_success() {
+            return Err(ClientError::Status {
+                url: shown,
+                status: response.status().as_u16(),
+                body: response
+                    .text()
+                    .await
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect(),
+            });
+        }
+        Ok(())
+    }
+
     async fn get<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
@@ -238,7 +291,12 @@ fn slice_quotas(window: &TraceWindow, offset_us: u64, width_us: u64) -> Vec<u32>
         .collect()
 }
 
-pub fn pick_links(api: &TraceApi, traces: &[&Trace], throttled: Option<String>) -> TraceLinks {
+pub fn pick_links(
+    api: &TraceApi,
+    window: &TraceWindow,
+    traces: &[&Trace],
+    throttled: Option<String>,
+) -> TraceLinks {
     let mut by_duration: Vec<(u64, &str)> = traces
         .iter()
         .filter_map(|t| t.root().map(|r| (r.duration, t.trace_id.as_str())))
@@ -250,6 +308,7 @@ pub fn pick_links(api: &TraceApi, traces: &[&Trace], throttled: Option<String>) 
             .map(|(_, id)| api.trace_link(id)),
         slowest: by_duration.last().map(|(_, id)| api.trace_link(id)),
         throttled: throttled.map(|id| api.trace_link(&id)),
+        critical_path: api.critical_path_link(window),
     }
 }
 
@@ -287,7 +346,7 @@ pub async fn diagnose_window(
         }
         None => None,
     };
-    let links = pick_links(api, &ok, throttled);
+    let links = pick_links(api, window, &ok, throttled);
     Ok((diagnosis, links))
 }
 

@@ -89,12 +89,30 @@ impl Diagnosis {
         }
     }
 }
-/// Links to look at for one stage: a typical trace, the slowest, one with a 429.
+/// Links to look at for one stage: a typical trace, the slowest, one with a 429, and
+/// the stage's critical path by operation (the trace viewer's stage page).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceLinks {
     pub typical: Option<String>,
     pub slowest: Option<String>,
     pub throttled: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical_path: Option<String>,
+}
+
+impl TraceLinks {
+    /// The links with their labels, those present.
+    pub fn labelled(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("typical trace", &self.typical),
+            ("slowest trace", &self.slowest),
+            ("trace with a 429", &self.throttled),
+            ("critical path", &self.critical_path),
+        ]
+        .into_iter()
+        .filter_map(|(label, link)| link.as_deref().map(|l| (label, l)))
+        .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -47,6 +47,9 @@ pub enum ApiProblem {
     BadTraceIdParam(String),
     #[error("trace {0} not found")]
     TraceNotFound(String),
+    /// A bug of the viewer's, not the caller's.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl IntoResponse for ApiProblem {
@@ -72,6 +75,7 @@ impl IntoResponse for ApiProblem {
                 ),
             ),
             ApiProblem::TraceNotFound(_) => (StatusCode::NOT_FOUND, "Not found", None),
+            ApiProblem::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal error", None),
         };
         let mut body = serde_json::json!({
             "type": "about:blank",
@@ -110,15 +114,18 @@ pub fn router(store: Arc<Store>) -> Router {
         .route("/api/traces/{trace_id}", get(get_trace))
         .route("/api/traces/{trace_id}/summary", get(trace_summary))
         .route("/api/stats", get(stats))
+        .merge(crate::analysis::routes())
         // The viewer's own CPU and memory, so a dashboard shows what tracing costs, and
         // the store's counters.
         .route("/metrics", metrics.route())
         .route("/", get(index))
         .route("/search", get(index))
         .route("/trace/{trace_id}", get(index))
+        .route("/compare", get(index))
+        .route("/stage", get(index))
+        .route("/services", get(index))
         .route("/assets/names.js", get(names_js))
-        .route("/assets/app.js", get(app_js))
-        .route("/assets/style.css", get(style_css))
+        .route("/assets/{name}", get(asset))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(store)
 }
@@ -211,7 +218,7 @@ async fn find_traces(
     Ok(Json(answer))
 }
 
-fn stored_trace(store: &Store, id: &str) -> Result<jaeger::Trace, ApiProblem> {
+pub(crate) fn stored_trace(store: &Store, id: &str) -> Result<jaeger::Trace, ApiProblem> {
     let parsed = parse_trace_id(id).ok_or_else(|| ApiProblem::InvalidParam {
         name: "traceID",
         detail: "must be 1 to 32 hexadecimal digits".into(),
@@ -245,13 +252,6 @@ async fn index() -> Html<&'static str> {
     Html(include_str!("ui/index.html"))
 }
 
-async fn app_js() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        include_str!("ui/app.js"),
-    )
-}
-
 /// The telemetry names the UI reads spans by, from dronelab-contract: one definition
 /// for the services that write them and the page that reads them.
 async fn names_js() -> impl IntoResponse {
@@ -268,20 +268,37 @@ async fn names_js() -> impl IntoResponse {
     )
 }
 
-async fn style_css() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("ui/style.css"),
-    )
+/// The UI's files, compiled into the binary: one script per page, loaded in this order.
+const ASSETS: &[(&str, &str)] = &[
+    ("common.js", include_str!("ui/common.js")),
+    ("search.js", include_str!("ui/search.js")),
+    ("trace.js", include_str!("ui/trace.js")),
+    ("compare.js", include_str!("ui/compare.js")),
+    ("stage.js", include_str!("ui/stage.js")),
+    ("services.js", include_str!("ui/services.js")),
+    ("app.js", include_str!("ui/app.js")),
+    ("style.css", include_str!("ui/style.css")),
+];
+
+async fn asset(Path(name): Path<String>) -> Response {
+    let Some((_, body)) = ASSETS.iter().find(|(n, _)| *n == name) else {
+        return (StatusCode::NOT_FOUND, "no such asset").into_response();
+    };
+    let content_type = if name.ends_with(".css") {
+        "text/css; charset=utf-8"
+    } else {
+        "text/javascript; charset=utf-8"
+    };
+    ([(header::CONTENT_TYPE, content_type)], *body).into_response()
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn invalid(name: &'static str, detail: impl Into<String>) -> ApiProblem {
+pub(crate) fn invalid(name: &'static str, detail: impl Into<String>) -> ApiProblem {
     ApiProblem::InvalidParam {
         name,
         detail: detail.into(),
@@ -392,7 +409,7 @@ pub fn parse_trace_query(
     Ok(query)
 }
 
-fn micros_param(name: &'static str, value: &str) -> Result<u64, ApiProblem> {
+pub(crate) fn micros_param(name: &'static str, value: &str) -> Result<u64, ApiProblem> {
     value
         .parse::<u64>()
         .ok()

@@ -3,6 +3,7 @@
 //! clients can read it), and a waterfall UI that makes 429s, retry waits and
 //! serial-vs-parallel fan-out plain to see.
 
+pub mod analysis;
 pub mod api;
 pub mod jaeger;
 pub mod metrics;

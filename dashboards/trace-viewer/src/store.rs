@@ -68,7 +68,7 @@ pub struct Process {
     pub tags: Vec<Attr>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SpanKind {
     Unspecified,
     Internal,
@@ -307,6 +307,15 @@ impl TraceQuery {
     }
 }
 
+/// Traces of a time window ([`Store::window`]).
+#[derive(Debug)]
+pub struct Window {
+    pub traces: Vec<Arc<Trace>>,
+    pub spans: usize,
+    /// Older traces of the window were left out to keep within the span limit.
+    pub truncated: bool,
+}
+
 /// What became of a span offered to the store.
 enum Inserted {
     Stored,
@@ -407,7 +416,20 @@ pub struct Store {
     limits: Limits,
     inner: RwLock<Inner>,
     interner: Mutex<Interner>,
+    /// The time windows a tuning run announced, by name ([`MAX_STAGES`] kept).
+    stages: Mutex<Vec<StageWindow>>,
 }
+
+/// A named time window (a tuning stage), µs since the Unix epoch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StageWindow {
+    pub name: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Most stage windows kept; the oldest announced goes first.
+pub const MAX_STAGES: usize = 256;
 
 impl Store {
     pub fn new(limits: Limits) -> Self {
@@ -422,7 +444,26 @@ impl Store {
                 ..Default::default()
             }),
             interner: Mutex::new(Interner::default()),
+            stages: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Remembers a stage's window; one of the same name is replaced (a run repeated).
+    pub fn announce_stage(&self, stage: StageWindow) {
+        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        stages.retain(|s| s.name != stage.name);
+        if stages.len() >= MAX_STAGES {
+            stages.remove(0);
+        }
+        stages.push(stage);
+    }
+
+    /// The announced stages, in the order announced.
+    pub fn stages(&self) -> Vec<StageWindow> {
+        self.stages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Runs `decode` with the store's string interner: repeated names and values share
@@ -523,6 +564,36 @@ impl Store {
             picked
         };
         matches.iter().map(|t| render(t)).collect()
+    }
+
+    /// The traces that started within `[start_ns, end_ns]`, newest first, up to
+    /// `max_spans` spans in all (`truncated` says whether some were left out). The lock
+    /// is held only to pick them: the traces are shared, not copied.
+    pub fn window(&self, start_ns: u64, end_ns: u64, max_spans: usize) -> Window {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let mut traces: Vec<Arc<Trace>> = inner
+            .traces
+            .values()
+            .filter(|t| (start_ns..=end_ns).contains(&t.start_ns))
+            .cloned()
+            .collect();
+        drop(inner);
+        traces.sort_unstable_by_key(|t| std::cmp::Reverse(t.start_ns));
+        let mut spans = 0;
+        let kept = traces
+            .iter()
+            .take_while(|t| {
+                spans += t.spans.len();
+                spans <= max_spans
+            })
+            .count();
+        let truncated = kept < traces.len();
+        traces.truncate(kept);
+        Window {
+            spans: traces.iter().map(|t| t.spans.len()).sum(),
+            traces,
+            truncated,
+        }
     }
 
     /// Runs `render` on the trace with this id, if stored.

@@ -185,16 +185,9 @@ impl StageReport {
     /// The stage's trace links with their labels.
     pub fn link_list(&self) -> Vec<(&'static str, &str)> {
         self.trace_links
-            .iter()
-            .flat_map(|l| {
-                [
-                    ("typical trace", &l.typical),
-                    ("slowest trace", &l.slowest),
-                    ("trace with a 429", &l.throttled),
-                ]
-            })
-            .filter_map(|(label, link)| link.as_deref().map(|l| (label, l)))
-            .collect()
+            .as_ref()
+            .map(trace_analysis::diagnosis::TraceLinks::labelled)
+            .unwrap_or_default()
     }
 
     pub fn new(stage: &Stage, load: &LoadSummary, measured: CosmosMeasured) -> Self {

@@ -162,6 +162,10 @@ async fn diagnose_stage(api: &TraceApi, (start_us, end_us): (u64, u64), report: 
         limit: TRACES_PER_DIAGNOSIS,
         load_per_second: report.requests_per_second(),
     };
+    // For the viewer's stage filter and stage page; Jaeger has no such endpoint.
+    if let Err(e) = api.announce_stage(&report.name, start_us, end_us).await {
+        eprintln!("  the trace viewer has no stage list (its stage filter stays empty): {e}");
+    }
     match client::diagnose_window(api, &window).await {
         Ok((mut diagnosis, links)) => {
             if let Some(cpu) = report.resources.as_ref().and_then(|r| r.cpu_evidence()) {
