@@ -265,53 +265,221 @@ fn chromium() -> String {
         .expect("no chromium on the PATH (apt-get install chromium)")
 }
 
-/// The page's DOM after its scripts ran, from headless chromium.
-async fn rendered_dom(browser: &str, url: &str) -> String {
-    let profile = tempfile::tempdir().expect("profile dir");
-    let output = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::process::Command::new(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--virtual-time-budget=15000",
-                "--dump-dom",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(url)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("chromium finished in time")
-    .expect("chromium ran");
+/// Headless chromium's common flags, with a fresh profile in `profile`.
+fn browser_command(browser: &str, profile: &std::path::Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(browser);
+    command
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=15000",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .kill_on_drop(true);
+    command
+}
+
+async fn run_browser(mut command: tokio::process::Command) -> std::process::Output {
+    let output = tokio::time::timeout(Duration::from_secs(90), command.output())
+        .await
+        .expect("chromium finished in time")
+        .expect("chromium ran");
     assert!(
         output.status.success(),
         "chromium: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    output
+}
+
+/// The page's DOM after its scripts ran, from headless chromium; fails on a script
+/// error (the page writes them on its body) or a console error line.
+async fn rendered_dom(browser: &str, url: &str) -> String {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut command = browser_command(browser, profile.path());
+    command.arg("--dump-dom").arg(url);
+    let output = run_browser(command).await;
+    let dom = String::from_utf8_lossy(&output.stdout).into_owned();
+    let console = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        dom.contains("data-ready=\"true\""),
+        "{url}: the page's scripts did not finish: {}",
+        dom.chars().take(2_000).collect::<String>()
+    );
+    assert!(
+        !dom.contains("data-page-errors"),
+        "{url}: script errors on the page: {dom}"
+    );
+    let errors: Vec<&str> = console
+        .lines()
+        .filter(|l| l.contains(":CONSOLE") && (l.contains("Uncaught") || l.contains("Error")))
+        .collect();
+    assert!(errors.is_empty(), "{url}: console errors: {errors:?}");
+    dom
+}
+
+/// Where the screenshots go: `docs/screenshots` when `UPDATE_SCREENSHOTS` is set (then
+/// commit them), else a temporary directory (taken and checked all the same).
+fn screenshot_dir() -> (std::path::PathBuf, Option<tempfile::TempDir>) {
+    if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+        std::fs::create_dir_all(&dir).expect("docs/screenshots");
+        (dir, None)
+    } else {
+        let temp = tempfile::tempdir().expect("screenshot dir");
+        (temp.path().to_owned(), Some(temp))
+    }
+}
+
+async fn screenshot(browser: &str, url: &str, file: &std::path::Path) {
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut command = browser_command(browser, profile.path());
+    command
+        .arg(format!("--screenshot={}", file.display()))
+        .arg(url);
+    run_browser(command).await;
+    let png = std::fs::read(file).expect("the screenshot was written");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{}: not a page's picture ({} bytes)",
+        file.display(),
+        png.len()
+    );
+}
+
+const MS: u64 = 1_000_000;
+
+/// A hand-built invoice in OTLP/JSON, `ago_ms` before now: gateway 0..100 ms →
+/// utilization 5..95 → three Cosmos visits, one after another (A) or at once (B). A
+/// also reads the delivery cache for 80 ms and calls nothing else; B reads it for 10 ms
+/// and also calls package-service.
+fn hand_built(trace: u64, parallel: bool, ago_ms: u64) -> Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let at = now - ago_ms * MS;
+    let span = |n: u64, parent: Option<u64>, name: &str, kind: u8, start: u64, end: u64| {
+        let database = name.contains(' ') && !name.starts_with("GET");
+        serde_json::json!({
+            "attributes": if database {
+                serde_json::json!([{"key": "db.system.name", "value": {"stringValue": "azure.cosmosdb"}}])
+            } else {
+                serde_json::json!([])
+            },
+            "traceId": format!("{trace:032x}"),
+            "spanId": format!("{:016x}", trace * 100 + n),
+            "parentSpanId": parent.map(|p| format!("{:016x}", trace * 100 + p)).unwrap_or_default(),
+            "name": name, "kind": kind,
+            "startTimeUnixNano": (at + start * MS).to_string(),
+            "endTimeUnixNano": (at + end * MS).to_string(),
+        })
+    };
+    let visit = |i: u64| {
+        let (start, end) = if parallel {
+            (10, 50)
+        } else {
+            (10 + 30 * i, 30 + 30 * i)
+        };
+        span(10 + i, Some(2), "query_items utilization", 3, start, end)
+    };
+    let resource = |service: &str, spans: Vec<Value>| {
+        serde_json::json!({
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+            "scopeSpans": [{"spans": spans}],
+        })
+    };
+    let mut gateway = vec![span(1, None, "GET /api/invoices", 2, 0, 100)];
+    gateway.push(span(
+        3,
+        Some(1),
+        "read_item delivery-cache",
+        3,
+        10,
+        if parallel { 20 } else { 90 },
+    ));
+    let mut resources = vec![
+        resource("gateway", gateway),
+        resource(
+            "utilization-service",
+            vec![
+                span(2, Some(1), "GET /api/utilization", 2, 5, 95),
+                visit(0),
+                visit(1),
+                visit(2),
+            ],
+        ),
+    ];
+    if parallel {
+        resources.push(resource(
+            "package-service",
+            vec![span(4, Some(1), "GET /api/packages", 2, 5, 30)],
+        ));
+    }
+    serde_json::json!({ "resourceSpans": resources })
+}
+
+async fn post_json(url: &str, body: &Value) -> u16 {
+    reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .expect("the viewer answers")
+        .status()
+        .as_u16()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs chromium (apt-get install chromium; run by .ci/run)"]
-async fn the_ui_draws_the_waterfall_of_a_real_trace() {
+async fn every_page_of_the_ui_works_in_a_real_browser() {
     let browser = chromium();
     let run = throttled_run().await;
-    let (_, raw) = get_json(&format!("{}/api/traces/{}", run.viewer.ui, run.trace_id)).await;
+    let ui = run.viewer.ui.clone();
+    // Hand-built traces A (serial) and B (parallel), announced as two stages.
+    let (a, b) = (0xa11ce_u64, 0xb0b_u64);
+    for (trace, parallel, ago) in [(a, false, 600_000), (b, true, 540_000)] {
+        let status = post_json(
+            &format!("{}/v1/traces", run.viewer.http),
+            &hand_built(trace, parallel, ago),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let start_us = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64))
+            - (ago + 500) * 1_000;
+        let name = if parallel { "3-parallel" } else { "2-serial" };
+        let window =
+            serde_json::json!({"name": name, "start": start_us, "end": start_us + 1_000_000});
+        assert_eq!(post_json(&format!("{ui}/api/stages"), &window).await, 200);
+    }
+    let (dir, _keep) = screenshot_dir();
+    check_trace_page(&browser, &run, &dir).await;
+    check_search_page(&browser, &run, &dir).await;
+    check_compare_page(&browser, &ui, (a, b), &dir).await;
+    check_stage_page(&browser, &ui, &dir).await;
+    check_services_page(&browser, &ui, &dir).await;
+}
+
+async fn check_trace_page(browser: &str, run: &ThrottledRun, dir: &std::path::Path) {
+    let ui = &run.viewer.ui;
+    let (_, raw) = get_json(&format!("{ui}/api/traces/{}", run.trace_id)).await;
     let trace: Envelope<Vec<Trace>> = serde_json::from_value(raw).expect("trace");
     let trace = &trace.data[0];
-    let dom = rendered_dom(
-        &browser,
-        &format!("{}/trace/{}", run.viewer.ui, run.trace_id),
-    )
-    .await;
+    let (_, path) = get_json(&format!("{ui}/api/traces/{}/critical-path", run.trace_id)).await;
+    let sections = path["data"]["criticalPath"].as_array().expect("a path");
+    let url = format!("{ui}/trace/{}", run.trace_id);
+    let dom = rendered_dom(browser, &url).await;
     let rows = dom.matches("class=\"span-row").count();
     assert_eq!(rows, trace.spans.len(), "one waterfall row per span");
     for span in &trace.spans {
@@ -342,12 +510,46 @@ async fn the_ui_draws_the_waterfall_of_a_real_trace() {
         dom.contains("id=\"trace-warnings\" class=\"error-text\" hidden"),
         "a whole trace shows no warning"
     );
-    // The search page: a search names its service (Jaeger's rule) and lists the trace.
-    let search = rendered_dom(
-        &browser,
-        &format!("{}/search?service=gateway", run.viewer.ui),
-    )
-    .await;
+    // The critical path: one mark per section, its spans' rows marked, the root first.
+    assert_eq!(
+        dom.matches("class=\"critical\"").count(),
+        sections.len(),
+        "one mark per section"
+    );
+    let on_path: BTreeSet<&str> = sections
+        .iter()
+        .filter_map(|s| s["spanID"].as_str())
+        .collect();
+    for id in &on_path {
+        assert!(
+            dom.contains(&format!(
+                "on-critical-path\" role=\"row\" tabindex=\"0\" data-span-id=\"{id}\""
+            )),
+            "span {id} is marked on the path"
+        );
+    }
+    let root = trace.root().expect("a root");
+    assert!(
+        on_path.contains(root.span_id.as_str()),
+        "the root is on its own path"
+    );
+    let statistics = path["data"]["statistics"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        dom.matches("class=\"stats-row\"").count(),
+        statistics,
+        "one statistics row per operation"
+    );
+    assert_eq!(
+        dom.matches("span-table-row").count(),
+        trace.spans.len(),
+        "one span table row per span"
+    );
+    screenshot(browser, &url, &dir.join("trace.png")).await;
+}
+
+async fn check_search_page(browser: &str, run: &ThrottledRun, dir: &std::path::Path) {
+    let url = format!("{}/search?service=gateway&sort=longest", run.viewer.ui);
+    let search = rendered_dom(browser, &url).await;
     assert!(
         search.contains(&format!("data-trace-id=\"{}\"", run.trace_id)),
         "the search lists the trace"
@@ -357,6 +559,139 @@ async fn the_ui_draws_the_waterfall_of_a_real_trace() {
             && !search.contains("id=\"service\"><option value=\"\">"),
         "no search of every service: the service list starts with a service"
     );
+    let results = search.matches("class=\"result-row\"").count();
+    assert_eq!(
+        search.matches("<circle").count(),
+        results,
+        "one dot per result"
+    );
+    assert!(
+        results >= 3,
+        "the run's traces and the two hand-built ones: {results}"
+    );
+    // Longest first: the listed durations do not rise.
+    let (_, found) = get_json(&format!(
+        "{}/api/traces?service=gateway&limit=20&lookback=1h",
+        run.viewer.ui
+    ))
+    .await;
+    let found: Envelope<Vec<Trace>> = serde_json::from_value(found).expect("traces");
+    let mut longest: Vec<(u64, &str)> = found
+        .data
+        .iter()
+        .map(|t| {
+            let start = t.spans.iter().map(|s| s.start_time).min().unwrap_or(0);
+            let end = t.spans.iter().map(|s| s.end_time()).max().unwrap_or(0);
+            (end - start, t.trace_id.as_str())
+        })
+        .collect();
+    longest.sort_by_key(|x| std::cmp::Reverse(x.0));
+    let first = search
+        .split("class=\"result-row\" data-trace-id=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a first row");
+    assert_eq!(first, longest[0].1, "the longest trace comes first");
+    // The stage filter offers the announced stages and narrows the search to one.
+    assert!(
+        search.contains("<option value=\"2-serial\">"),
+        "the stages are offered"
+    );
+    let staged = rendered_dom(
+        browser,
+        &format!("{}/search?service=gateway&stage=2-serial", run.viewer.ui),
+    )
+    .await;
+    assert_eq!(
+        staged.matches("class=\"result-row\"").count(),
+        1,
+        "only stage 2-serial's trace"
+    );
+    assert!(staged.contains(&format!("data-trace-id=\"{:032x}\"", 0xa11ce)));
+    screenshot(browser, &url, &dir.join("search.png")).await;
+}
+
+async fn check_compare_page(browser: &str, ui: &str, (a, b): (u64, u64), dir: &std::path::Path) {
+    let url = format!("{ui}/compare?a={a:x}&b={b:x}");
+    let dom = rendered_dom(browser, &url).await;
+    // By hand: packages only in B; the visits 60 → 120 ms in all; the cache read 80 → 10.
+    for (operation, verdict) in [
+        ("GET /api/packages", "added"),
+        ("query_items utilization", "longer"),
+        ("read_item delivery-cache", "shorter"),
+        ("GET /api/invoices", "same"),
+        ("GET /api/utilization", "same"),
+    ] {
+        let row = dom
+            .split("<tr class=\"compare-row ")
+            .find(|r| r.contains(&format!("<td>{operation}</td>")))
+            .unwrap_or_else(|| panic!("no compare row for {operation}"));
+        assert!(
+            row.starts_with(verdict),
+            "{operation}: {}",
+            &row[..row.len().min(300)]
+        );
+    }
+    let (_, back) = get_json(&format!("{ui}/api/analysis/compare?a={b:x}&b={a:x}")).await;
+    let missing = back["data"]["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["operation"] == "GET /api/packages"))
+        .map(|r| r["verdict"].clone());
+    assert_eq!(missing, Some(Value::from("missing")));
+    assert!(dom.contains("<td>3</td>"), "the visits' counts are shown");
+    screenshot(browser, &url, &dir.join("compare.png")).await;
+}
+
+async fn check_stage_page(browser: &str, ui: &str, dir: &std::path::Path) {
+    let (_, stages) = get_json(&format!("{ui}/api/stages")).await;
+    let window = |name: &str| {
+        stages["data"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == name))
+            .map(|s| (s["start"].clone(), s["end"].clone()))
+            .expect("announced")
+    };
+    let ((a0, a1), (b0, b1)) = (window("2-serial"), window("3-parallel"));
+    let url = format!(
+        "{ui}/stage?service=gateway&operation=GET%20/api/invoices&start={a0}&end={a1}&compareStart={b0}&compareEnd={b1}"
+    );
+    let dom = rendered_dom(browser, &url).await;
+    assert!(
+        dom.contains("class=\"stage-row\""),
+        "the breakdown is drawn"
+    );
+    // Serial: 60 of 100 ms in the visits; at once: 40 of 100.
+    assert!(
+        dom.contains("60.0 %") && dom.contains("40.0 %"),
+        "the database shares of A and B"
+    );
+    assert!(dom.contains("-20.0 pts"), "the change of the visits' share");
+    screenshot(browser, &url, &dir.join("stage.png")).await;
+}
+
+async fn check_services_page(browser: &str, ui: &str, dir: &std::path::Path) {
+    let url = format!("{ui}/services");
+    let dom = rendered_dom(browser, &url).await;
+    for service in [
+        "gateway",
+        "utilization-service",
+        "package-service",
+        "delivery-service",
+    ] {
+        assert!(
+            dom.contains(&format!("data-service=\"{service}\"")),
+            "{service} in the graph"
+        );
+    }
+    assert!(
+        dom.contains("data-parent=\"gateway\" data-child=\"utilization-service\""),
+        "the gateway → utilization edge"
+    );
+    assert!(
+        dom.contains("class=\"operation-row"),
+        "the operations table"
+    );
+    screenshot(browser, &url, &dir.join("services.png")).await;
 }
 
 /// The emulator's counters for utilization-service's container: calls answered (2xx and

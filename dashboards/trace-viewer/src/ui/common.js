@@ -2,6 +2,16 @@
 // server: everything here is served by the binary.
 "use strict";
 
+// Script errors are written on the page (body[data-page-errors]) as well as the console,
+// so the browser test, which reads the DOM, sees every one.
+function recordPageError(message) {
+  const errors = document.body.dataset.pageErrors ? JSON.parse(document.body.dataset.pageErrors) : [];
+  errors.push(String(message));
+  document.body.dataset.pageErrors = JSON.stringify(errors);
+}
+window.addEventListener("error", (e) => recordPageError(e.message));
+window.addEventListener("unhandledrejection", (e) => recordPageError(e.reason && e.reason.message ? e.reason.message : e.reason));
+
 const COLORS = ["#2e90fa", "#12b76a", "#7a5af8", "#ee46bc", "#0ba5ec", "#66c61c", "#875bf7", "#15b79e"];
 const serviceColors = new Map();
 const colorOf = (service) => {

@@ -134,7 +134,8 @@ function showResults() {
 
 // Duration over start time, one dot per result; red when the trace has errors.
 function drawScatter(traces) {
-  const width = 800, height = 160, pad = 36;
+  // Drawn at the element's own width: a stretched viewBox would squash the dots.
+  const width = Math.max($("scatter").clientWidth, 400), height = 160, pad = 36;
   const t0 = Math.min(...traces.map((t) => t.start));
   const t1 = Math.max(...traces.map((t) => t.start));
   const dMax = Math.max(...traces.map((t) => t.duration), 1);

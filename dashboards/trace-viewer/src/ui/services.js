@@ -20,7 +20,7 @@ async function showServices(params) {
   drawGraph(deps.data);
   $("operations-table").replaceChildren(table("operations",
     ["Service", "Operation", "Kind", "Spans", "Rate", "Errors", "p50", "p95", "p99"],
-    ops.data.map((o) => [o.service, o.operation, o.spanKind, String(o.count), `${o.perSecond.toFixed(2)}/s`, pct(o.errorShare),
+    ops.data.map((o) => [o.service, o.operation, o.spanKind, String(o.count), `${o.perSecond.toPrecision(2)}/s`, pct(o.errorShare),
       ms(o.durationUs.p50), ms(o.durationUs.p95), ms(o.durationUs.p99)]),
     (i) => (ops.data[i].errorShare > 0 ? "operation-row has-errors" : "operation-row")));
 }
