@@ -1,5 +1,6 @@
 //! Measures the trace viewer on this machine: OTLP/gRPC ingest rate, memory per 100k
-//! spans, and Jaeger API query latency over a 1,000-trace store.
+//! spans, Jaeger API query latency over a 1,000-trace store, and the stage analysis
+//! (`/api/analysis/critical-path`) over 100k spans.
 //!
 //! `cargo run --release -p trace-viewer --example viewer-bench`
 //!
@@ -207,6 +208,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (p50, p99) = query_latency(&http, &format!("{}{path}", small.ui), 200).await?;
         println!("query {label:24} p50 {p50:7.2} ms  p99 {p99:7.2} ms");
     }
+
+    // The stage analysis over a window of 100k spans (7,720 traces), alone and compared
+    // with a second window of as many.
+    let stage = start(trace_viewer::Limits {
+        max_spans: 10_000_000,
+        max_bytes: usize::MAX,
+    })
+    .await?;
+    ingest(&stage, 7_720, 2).await?;
+    let spans = stage.store.stats().spans;
+    let end_us = now_ns() / 1_000 + 60_000_000;
+    let window = format!(
+        "/api/analysis/critical-path?service=gateway&operation=GET%20/api/invoices&start=0&end={end_us}"
+    );
+    for (label, path) in [
+        ("stage analysis", window.clone()),
+        (
+            "stage analysis, compared",
+            format!("{window}&compareStart=0&compareEnd={end_us}"),
+        ),
+    ] {
+        let (p50, p99) = query_latency(&http, &format!("{}{path}", stage.ui), 20).await?;
+        println!("{label:30} over {spans} spans: p50 {p50:7.1} ms  p99 {p99:7.1} ms");
+    }
+    drop(stage);
 
     // Ingest rate and memory: 1M spans into a store that keeps them all.
     let viewer = start(trace_viewer::Limits {
