@@ -666,7 +666,18 @@ async fn check_stage_page(browser: &str, ui: &str, dir: &std::path::Path) {
         "the database shares of A and B"
     );
     assert!(dom.contains("-20.0 pts"), "the change of the visits' share");
+    assert!(
+        dom.contains("<td>3.0</td>") && dom.contains("<td>1.0</td>"),
+        "three visits on each serial path, one on each parallel one"
+    );
     screenshot(browser, &url, &dir.join("stage.png")).await;
+    // Stage A alone (the report's link) is set beside the next announced stage.
+    let alone = rendered_dom(
+        browser,
+        &format!("{ui}/stage?service=gateway&operation=GET%20/api/invoices&start={a0}&end={a1}"),
+    )
+    .await;
+    assert!(alone.contains("-20.0 pts"), "compared with the next stage");
 }
 
 async fn check_services_page(browser: &str, ui: &str, dir: &std::path::Path) {

@@ -13,16 +13,25 @@ async function showStage(params) {
   }
   const pick = (select, startName, endName) => {
     const stage = stages.find((s) => s.name === $(select).value);
+    if (stage && select === "stage-b") params.delete("compare");
     if (stage) {
       params.set(startName, stage.start);
       params.set(endName, stage.end);
     } else if (select === "stage-b") {
       params.delete(startName);
       params.delete(endName);
+      params.set("compare", "none");
     }
   };
   const named = (start, end) => (stages.find((s) => String(s.start) === params.get(start) && String(s.end) === params.get(end)) || {}).name || "";
   $("stage-a").value = named("start", "end");
+  // A stage of the run opened alone (the report's link) is set beside the next stage.
+  const next = stages[stages.findIndex((s) => s.name === $("stage-a").value) + 1];
+  if ($("stage-a").value && next && !params.has("compareStart") && !params.has("compareEnd") && !params.has("compare")) {
+    params.set("compareStart", next.start);
+    params.set("compareEnd", next.end);
+    history.replaceState(null, "", "/stage?" + params);
+  }
   $("stage-b").value = named("compareStart", "compareEnd");
   $("stage-form").onsubmit = (e) => {
     e.preventDefault();
@@ -57,15 +66,17 @@ function drawStage(answer) {
   const inB = new Map((b ? b.operations : []).map((o) => [key(o), o]));
   const keys = [...a.operations.map(key), ...(b ? b.operations.map(key).filter((k) => !a.operations.some((o) => key(o) === k)) : [])];
   const inA = new Map(a.operations.map((o) => [key(o), o]));
-  const cells = (o) => (o ? [pct(o.share), `${ms(o.perRequestUs.p50)} / ${ms(o.perRequestUs.p95)} / ${ms(o.perRequestUs.p99)}`, String(o.sections)] : ["–", "–", "–"]);
+  // Sections per request: a serial fan-out of nine visits puts nine on each path.
+  const cells = (o, w) => (o ? [pct(o.share), `${ms(o.perRequestUs.p50)} / ${ms(o.perRequestUs.p95)} / ${ms(o.perRequestUs.p99)}`,
+    (o.sections / Math.max(w.requests, 1)).toFixed(1)] : ["–", "–", "–"]);
   const rows = keys.map((k) => {
     const x = inA.get(k), y = inB.get(k);
     const first = x || y;
     const shareBar = el("span", { class: "share-bar", style: `width:${Math.round(100 * (x ? x.share : 0))}px` });
-    return [first.service, el("span", {}, shareBar, first.operation + (first.database ? " (database)" : "")), ...cells(x),
-      ...(b ? [...cells(y), x && y ? `${((y.share - x.share) * 100).toFixed(1)} pts` : "–"] : [])];
+    return [first.service, el("span", {}, shareBar, first.operation + (first.database ? " (database)" : "")), ...cells(x, a),
+      ...(b ? [...cells(y, b), x && y ? `${((y.share - x.share) * 100).toFixed(1)} pts` : "–"] : [])];
   });
-  const headers = ["Service", "Operation", "A share", "A per request p50 / p95 / p99", "A sections"];
-  if (b) headers.push("B share", "B per request p50 / p95 / p99", "B sections", "B − A");
+  const headers = ["Service", "Operation", "A share", "A per request p50 / p95 / p99", "A on path per request"];
+  if (b) headers.push("B share", "B per request p50 / p95 / p99", "B on path per request", "B − A share");
   $("stage-table").replaceChildren(table("stage", headers, rows, () => "stage-row"));
 }
