@@ -141,6 +141,51 @@ fn percent(text: &str) -> String {
         .collect()
 }
 
+/// What the tuning run tells the viewer about a stage, and the link it prints for it.
+#[tokio::test]
+async fn the_tuning_runs_client_announces_stages_and_links_their_page() {
+    use trace_analysis::client::{TraceApi, TraceWindow};
+    let viewer = start_viewer().await;
+    let api = TraceApi::new(viewer.ui.parse().expect("the viewer's URL"));
+    api.announce_stage("2-more-ru", 10, 20)
+        .await
+        .expect("announced");
+    api.announce_stage("3-parallel", 30, 40)
+        .await
+        .expect("announced");
+    let (_, stages) = get_json(&format!("{}/api/stages", viewer.ui)).await;
+    assert_eq!(
+        stages["data"],
+        serde_json::json!([
+            {"name": "2-more-ru", "start": 10, "end": 20},
+            {"name": "3-parallel", "start": 30, "end": 40}
+        ])
+    );
+    let refused = api.announce_stage("", 1, 2).await;
+    assert!(refused.is_err(), "an empty name is refused: {refused:?}");
+    let window = TraceWindow {
+        service: "gateway".into(),
+        operation: "GET /api/invoices".into(),
+        start_us: Some(10),
+        end_us: Some(20),
+        lookback: None,
+        limit: 1,
+        load_per_second: Vec::new(),
+    };
+    let link = api
+        .critical_path_link(&window)
+        .expect("a window gives a link");
+    assert_eq!(
+        link,
+        format!(
+            "{}/stage?service=gateway&operation=GET+%2Fapi%2Finvoices&start=10&end=20",
+            viewer.ui
+        )
+    );
+    let (status, body) = get_json(&link.replace("/stage?", "/api/analysis/critical-path?")).await;
+    assert_eq!(status, 200, "the link's parameters are the API's: {body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_otlp_export_over_grpc_and_http_reads_back_through_the_jaeger_api() {
     let run = throttled_run().await;
