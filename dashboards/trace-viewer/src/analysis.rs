@@ -37,7 +37,7 @@ use trace_analysis::jaeger::Envelope;
 use trace_analysis::stage_path::{Percentiles, SpanLabel, StageBreakdown, StagePath};
 use trace_analysis::trace_compare::{compare, statistics, CompareRow, StatisticsRow};
 
-use crate::api::{invalid, micros_param, now_ns, stored_trace, ApiProblem};
+use crate::query::{invalid, micros_param, now_ns, stored_trace, ApiProblem};
 use crate::store::{
     self, parse_trace_id, SpanKind, StageWindow, StatusCode, Store, StoredSpan, Window,
 };

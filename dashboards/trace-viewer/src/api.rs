@@ -10,10 +10,12 @@
 //! - `GET /api/traces/{traceId}`
 //! - ours: `GET /api/traces/{traceId}/summary` (Cosmos calls, RU, concurrency, retry
 //!   waits), `GET /api/stats` (store counters)
-//! - `GET /`, `GET /trace/{traceId}`: the UI (assets compiled into the binary).
+//! - ours, in [`crate::analysis`] (merged here): dependencies, critical paths of a trace
+//!   and of a window, operations, trace comparison, stages
+//! - `GET /`, `/search`, `/trace/{traceId}`, `/compare`, `/stage`, `/services`: the UI
+//!   (assets compiled into the binary).
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
@@ -25,6 +27,8 @@ use trace_analysis::jaeger::{self, ApiError, Envelope, Operation};
 use trace_analysis::summary::{summarize, TraceSummary};
 
 use crate::jaeger::from_stored;
+pub use crate::query::ApiProblem;
+use crate::query::{invalid, micros_param, now_ns, stored_trace};
 use crate::store::{parse_trace_id, Store, StoreStats, TraceId, TraceQuery};
 
 /// Traces returned when `limit` is not given (Jaeger's query service's default).
@@ -32,73 +36,6 @@ pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 10_000;
 /// How far back a search looks when it gives no `start` (Jaeger's default, 2 days).
 pub const DEFAULT_LOOKBACK_NS: u64 = 2 * 86_400 * 1_000_000_000;
-
-/// The one error type of the query API: Jaeger's `errors` envelope, served as RFC 9457
-/// problem+json so both Jaeger clients and people get a readable answer.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiProblem {
-    #[error("invalid query parameter {name:?}: {detail}")]
-    InvalidParam { name: &'static str, detail: String },
-    /// A search with neither `service` nor `traceID` (Jaeger's words).
-    #[error("parameter 'service' is required")]
-    ServiceRequired,
-    /// A malformed `traceID` of a search (Jaeger's words, and the value).
-    #[error("cannot parse traceID param: {0:?}")]
-    BadTraceIdParam(String),
-    #[error("trace {0} not found")]
-    TraceNotFound(String),
-    /// A bug of the viewer's, not the caller's.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl IntoResponse for ApiProblem {
-    fn into_response(self) -> Response {
-        let (status, title, invalid) = match &self {
-            ApiProblem::InvalidParam { name, detail } => (
-                StatusCode::BAD_REQUEST,
-                "Invalid query parameter",
-                Some(serde_json::json!([{ "name": name, "reason": detail }])),
-            ),
-            ApiProblem::ServiceRequired => (
-                StatusCode::BAD_REQUEST,
-                "Invalid query parameter",
-                Some(
-                    serde_json::json!([{ "name": "service", "reason": "required without traceID" }]),
-                ),
-            ),
-            ApiProblem::BadTraceIdParam(_) => (
-                StatusCode::BAD_REQUEST,
-                "Invalid query parameter",
-                Some(
-                    serde_json::json!([{ "name": "traceID", "reason": "1 to 32 hexadecimal digits" }]),
-                ),
-            ),
-            ApiProblem::TraceNotFound(_) => (StatusCode::NOT_FOUND, "Not found", None),
-            ApiProblem::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Internal error", None),
-        };
-        let mut body = serde_json::json!({
-            "type": "about:blank",
-            "title": title,
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-            "data": null,
-            "total": 0,
-            "limit": 0,
-            "offset": 0,
-            "errors": [ApiError { code: status.as_u16(), msg: self.to_string(), trace_id: None }],
-        });
-        if let (Some(invalid), Some(map)) = (invalid, body.as_object_mut()) {
-            map.insert("invalidParams".into(), invalid);
-        }
-        (
-            status,
-            [(header::CONTENT_TYPE, "application/problem+json")],
-            body.to_string(),
-        )
-            .into_response()
-    }
-}
 
 pub fn router(store: Arc<Store>) -> Router {
     let metrics = lifecycle::metrics::MetricsRegistry::default();
@@ -218,16 +155,6 @@ async fn find_traces(
     Ok(Json(answer))
 }
 
-pub(crate) fn stored_trace(store: &Store, id: &str) -> Result<jaeger::Trace, ApiProblem> {
-    let parsed = parse_trace_id(id).ok_or_else(|| ApiProblem::InvalidParam {
-        name: "traceID",
-        detail: "must be 1 to 32 hexadecimal digits".into(),
-    })?;
-    store
-        .get(&parsed, from_stored)
-        .ok_or_else(|| ApiProblem::TraceNotFound(id.to_owned()))
-}
-
 async fn get_trace(
     State(store): State<Arc<Store>>,
     Path(trace_id): Path<String>,
@@ -290,19 +217,6 @@ async fn asset(Path(name): Path<String>) -> Response {
         "text/javascript; charset=utf-8"
     };
     ([(header::CONTENT_TYPE, content_type)], *body).into_response()
-}
-
-pub(crate) fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-pub(crate) fn invalid(name: &'static str, detail: impl Into<String>) -> ApiProblem {
-    ApiProblem::InvalidParam {
-        name,
-        detail: detail.into(),
-    }
 }
 
 /// What `/api/traces` was asked: a search, or traces by ID (which win over the search
@@ -407,14 +321,6 @@ pub fn parse_trace_query(
         }
     }
     Ok(query)
-}
-
-pub(crate) fn micros_param(name: &'static str, value: &str) -> Result<u64, ApiProblem> {
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|v| *v <= u64::MAX / 1_000)
-        .ok_or_else(|| invalid(name, "must be microseconds since the Unix epoch"))
 }
 
 /// A Go duration as Jaeger's `minDuration`/`maxDuration` take it (`time.ParseDuration`:

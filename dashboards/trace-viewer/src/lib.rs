@@ -8,6 +8,7 @@ pub mod api;
 pub mod jaeger;
 pub mod metrics;
 pub mod otlp;
+pub mod query;
 pub mod store;
 
 use std::future::Future;
