@@ -32,6 +32,30 @@ pub enum ClientError {
     },
 }
 
+/// Sends a request; an answer other than 2xx is an error quoting the start of its body.
+async fn send(
+    request: reqwest::RequestBuilder,
+    shown: &str,
+) -> Result<reqwest::Response, ClientError> {
+    let response = request
+        .send()
+        .await
+        .map_err(|source| ClientError::Unreachable {
+            url: shown.to_owned(),
+            source,
+        })?;
+    if !response.status().is_success() {
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        return Err(ClientError::Status {
+            url: shown.to_owned(),
+            status,
+            body: body.chars().take(300).collect(),
+        });
+    }
+    Ok(response)
+}
+
 /// Which traces to read.
 #[derive(Debug, Clone)]
 pub struct TraceWindow {
@@ -101,31 +125,12 @@ impl TraceApi {
             .join("api/stages")
             .unwrap_or_else(|_| self.base.clone());
         let shown = url.to_string();
-        let response = self
+        let request = self
             .http
             .post(url)
             .timeout(Duration::from_secs(10))
-            .json(&serde_json::json!({ "name": name, "start": start_us, "end": end_us }))
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: shown.clone(),
-                source,
-            })?;
-        if !response.status().is_success() {
-            return Err(ClientError::Status {
-                url: shown,
-                status: response.status().as_u16(),
-                body: response
-                    .text()
-                    .await
-                    .unwrap_or_default()
-                    .chars()
-                    .take(300)
-                    .collect(),
-            });
-        }
-        Ok(())
+            .json(&serde_json::json!({ "name": name, "start": start_us, "end": end_us }));
+        send(request, &shown).await.map(drop)
     }
 
     async fn get<T: serde::de::DeserializeOwned>(
@@ -136,26 +141,9 @@ impl TraceApi {
         let mut url = self.base.join(path).unwrap_or_else(|_| self.base.clone());
         url.query_pairs_mut().clear().extend_pairs(query);
         let shown = url.to_string();
-        let response = self
-            .http
-            .get(url)
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await
-            .map_err(|source| ClientError::Unreachable {
-                url: shown.clone(),
-                source,
-            })?;
-        if !response.status().is_success() {
-            let status = response.status().as_u16();
-            let body = response.text().await.unwrap_or_default();
-            return Err(ClientError::Status {
-                url: shown,
-                status,
-                body: body.chars().take(300).collect(),
-            });
-        }
-        response
+        let request = self.http.get(url).timeout(Duration::from_secs(60));
+        send(request, &shown)
+            .await?
             .json()
             .await
             .map_err(|source| ClientError::Shape { url: shown, source })

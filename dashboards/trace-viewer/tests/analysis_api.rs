@@ -4,11 +4,9 @@
 
 mod common;
 
-use common::{post, start};
+use common::{post, resource, start, text};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, Span, Status};
 use prost::Message as _;
 use serde_json::Value;
 use trace_viewer::Limits;
@@ -17,16 +15,6 @@ use trace_viewer::Limits;
 const SERIAL_AT: u64 = 1_800_000_000_000_000_000;
 const PARALLEL_AT: u64 = SERIAL_AT + 60_000_000_000;
 const MS: u64 = 1_000_000;
-
-fn text(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
-}
 
 fn span(
     trace: u64,
@@ -55,20 +43,6 @@ fn span(
         } else {
             Vec::new()
         },
-        ..Default::default()
-    }
-}
-
-fn resource(service: &str, spans: Vec<Span>) -> ResourceSpans {
-    ResourceSpans {
-        resource: Some(Resource {
-            attributes: vec![text("service.name", service)],
-            ..Default::default()
-        }),
-        scope_spans: vec![ScopeSpans {
-            spans,
-            ..Default::default()
-        }],
         ..Default::default()
     }
 }

@@ -7,11 +7,9 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{post, start};
+use common::{post, resource, start, text};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use serde_json::Value;
 use trace_viewer::Limits;
@@ -23,16 +21,6 @@ fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
-}
-
-fn text(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
 }
 
 /// A span of `trace` (numbered `n` in it), a second ago, lasting `ms`.
@@ -55,20 +43,6 @@ fn span(trace: u128, n: u64, parent: Option<u64>, name: &str, kind: i32, ms: u64
         start_time_unix_nano: start,
         end_time_unix_nano: start + ms * 1_000_000,
         attributes: vec![text("http.route", "/api/invoices")],
-        ..Default::default()
-    }
-}
-
-fn resource(service: &str, spans: Vec<Span>) -> ResourceSpans {
-    ResourceSpans {
-        resource: Some(Resource {
-            attributes: vec![text("service.name", service)],
-            ..Default::default()
-        }),
-        scope_spans: vec![ScopeSpans {
-            spans,
-            ..Default::default()
-        }],
         ..Default::default()
     }
 }

@@ -35,6 +35,32 @@ pub async fn start(limits: Limits) -> Viewer {
     }
 }
 
+/// A string attribute.
+pub fn text(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// `spans` of one service, in one scope.
+pub fn resource(service: &str, spans: Vec<Span>) -> ResourceSpans {
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![text("service.name", service)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 /// `traces` traces of 5 spans each, numbered from `first`, for `service`.
 pub fn request(service: &str, first: u64, traces: u64) -> ExportTraceServiceRequest {
     let text = |key: &str, value: String| KeyValue {
