@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::Uri;
 use dronelab_contract::lab::STORM_RETRIES;
+use dronelab_contract::telemetry::span;
 use dronelab_contract::{Section, SectionError};
 use opentelemetry::Context;
 use rand::Rng;
@@ -39,9 +40,9 @@ impl Backend {
     pub fn new(section: Section, mut url: url::Url, limit: Arc<AdaptiveLimit>) -> Self {
         url.set_query(None);
         let span_name = match section {
-            Section::Deliveries => "GET deliveries",
-            Section::Packages => "GET packages",
-            Section::Utilization => "GET utilization",
+            Section::Deliveries => span::CALL_DELIVERIES,
+            Section::Packages => span::CALL_PACKAGES,
+            Section::Utilization => span::CALL_UTILIZATION,
         };
         Self {
             section,

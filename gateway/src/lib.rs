@@ -40,8 +40,6 @@ use tokio::net::TcpListener;
 use tower::retry::budget::TpsBudget;
 
 pub use backend::{Backend, CallPolicy};
-/// The calls in flight a backend's adaptive limit never goes below.
-pub use limit::FLOOR as BACKEND_LIMIT_FLOOR;
 use limit::{AdaptiveLimit, Permit};
 use metrics::{GatewayMetrics, InvoiceOutcome};
 

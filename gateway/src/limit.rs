@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 
-/// Never refuse calls below this many in flight.
-pub const FLOOR: usize = 64;
+/// Never refuse calls below this many in flight (in the contract: the capacity model
+/// reads it too).
+pub const FLOOR: usize = dronelab_contract::service::GATEWAY_BACKEND_LIMIT_FLOOR;
 /// How long one window of the best-latency estimate lasts.
 const WINDOW: Duration = Duration::from_secs(10);
 /// A latency beyond `QUEUE_FACTOR × best + QUEUE_SLACK` means a queue has formed.

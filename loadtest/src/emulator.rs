@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use cosmos_emulator::ModelConfig;
 use cosmos_kit::SecretString;
-use dronelab_study::{EmulatorModel, SeedArgs, SeedError};
+use dronelab_seed::{SeedArgs, SeedError};
+use dronelab_study::EmulatorModel;
 
 /// The emulator's counters for one container.
 #[derive(Debug, Clone, Default)]
@@ -227,7 +228,7 @@ pub async fn seed(emulator: Option<&EmulatorAdmin>, args: &SeedArgs) -> Result<u
         None => None,
     };
     let started = std::time::Instant::now();
-    let seeded = dronelab_study::seed::seed(args, true).await;
+    let seeded = dronelab_seed::seed(args, true).await;
     if let (Some(e), Some(restore)) = (emulator, &restore) {
         e.set_model(restore).await;
     }

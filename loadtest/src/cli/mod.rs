@@ -10,7 +10,7 @@ mod up;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use dronelab_study::SeedArgs;
+use dronelab_seed::SeedArgs;
 use local_stack::component::{self, Component};
 
 use crate::tune::TuneArgs;
@@ -111,7 +111,7 @@ async fn execute(cli: Cli) -> std::process::ExitCode {
         Command::Seed(args) => {
             init_logging();
             let started = Instant::now();
-            match dronelab_study::seed::seed(&args, true).await {
+            match dronelab_seed::seed(&args, true).await {
                 Ok(n) => println!(
                     "seeded {n} documents in {:.1} s",
                     started.elapsed().as_secs_f64()

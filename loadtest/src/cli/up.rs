@@ -2,7 +2,8 @@
 
 use dronelab_contract::lab::LabKnobs;
 use dronelab_contract::{QueryKnobs, QueryParallelism, Service};
-use dronelab_study::{DataSet, EmulatorModel, SeedArgs};
+use dronelab_seed::SeedArgs;
+use dronelab_study::{DataSet, EmulatorModel};
 use local_stack::Stack;
 
 use crate::emulator::{self, EmulatorAdmin};

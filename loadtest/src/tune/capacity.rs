@@ -262,7 +262,8 @@ fn model_of(
         p99_ms: calibration.summary.latency_ms.p99,
         mean_ms: calibration.summary.latency_ms.avg,
         serial_visits: stage.config.query_parallelism == QueryParallelism::Serial,
-        gateway_concurrency: u32::try_from(gateway::BACKEND_LIMIT_FLOOR).ok(),
+        gateway_concurrency: u32::try_from(dronelab_contract::service::GATEWAY_BACKEND_LIMIT_FLOOR)
+            .ok(),
         emulator,
         slo_p99_ms: args.slo_p99_ms,
     }

@@ -14,7 +14,8 @@ mod stage;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use dronelab_study::{stages, EmulatorModel, RunProfile, SeedArgs, Stage};
+use dronelab_seed::SeedArgs;
+use dronelab_study::{stages, EmulatorModel, RunProfile, Stage};
 
 use dronelab_report::compare::repeat_name;
 use dronelab_report::criteria::Figures;
@@ -125,7 +126,7 @@ pub enum TuneError {
     #[error(transparent)]
     Stack(#[from] local_stack::StackError),
     #[error(transparent)]
-    Seed(#[from] dronelab_study::SeedError),
+    Seed(#[from] dronelab_seed::SeedError),
     #[error("Cosmos DB: {0}")]
     Cosmos(String),
     #[error("writing the report: {0}")]

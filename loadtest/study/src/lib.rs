@@ -1,4 +1,5 @@
-//! `dronelab-study`: what the lab reproduces, as data every other part reads.
+//! `dronelab-study`: what the lab reproduces, as data every other part reads. It talks
+//! to nothing: writing the data set into Cosmos DB is `dronelab-seed`'s.
 //!
 //! - [`stages`]: the stage files of `loadtest/stages/` (RU/s, partitions, query knobs);
 //!   the Kubernetes overlays mirror them;
@@ -6,17 +7,14 @@
 //!   emulator model that give a 2-core machine the study's shape;
 //! - [`data`]: the deterministic data set, and the owner-month requests the load picks
 //!   from it;
-//! - [`seed`]: creating the containers and upserting the data set through the SDK;
 //! - [`published`]: the study's own figures, set beside each measured stage.
 
 pub mod calibration;
 pub mod capacity;
 pub mod data;
 pub mod published;
-pub mod seed;
 pub mod stages;
 
 pub use calibration::{EmulatorModel, RunProfile};
 pub use data::{DataSet, OwnerMonths, Popularity};
-pub use seed::{SeedArgs, SeedError};
 pub use stages::{Stage, StageConfig, StageError, MAX_BUSY_THREADS};

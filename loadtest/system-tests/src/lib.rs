@@ -15,7 +15,7 @@ use dronelab_contract::{
     Container, DeliverySummary, Invoice, PackageSummary, QueryKnobs, Utilization, DATABASE,
 };
 use dronelab_study::DataSet;
-use dronelab_study::SeedArgs;
+use dronelab_seed::SeedArgs;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 pub use service_kit::Telemetry;
 use summary_backend::{Summary, SummaryArgs, SummaryState};
@@ -132,7 +132,7 @@ impl TestStack {
             throughput: 100_000,
             concurrency: 16,
         };
-        dronelab_study::seed::seed(&args, false)
+        dronelab_seed::seed(&args, false)
             .await
             .expect("seeded");
     }

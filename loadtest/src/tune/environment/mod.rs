@@ -12,7 +12,8 @@ pub mod target;
 
 use dronelab_contract::Service;
 use dronelab_report::resources::{ResourceFigures, ResourceSample};
-use dronelab_study::{SeedArgs, Stage};
+use dronelab_seed::SeedArgs;
+use dronelab_study::Stage;
 use loadgen::{LoadSummary, Profile, Target};
 use local_stack::resources::ResourceSampler;
 use trace_analysis::client::TraceApi;

@@ -8,6 +8,7 @@
 //! show it.
 
 use dronelab_contract::lab::{OVERLOAD_QUEUE_WAIT, OVERLOAD_SLOTS, OVERLOAD_WORK};
+use dronelab_contract::telemetry::span;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::Context;
 use service_kit::Telemetry;
@@ -15,10 +16,6 @@ use tokio::sync::Semaphore;
 
 use cosmos_kit::BackendError;
 
-/// The span of a request's wait in line.
-pub const QUEUE_SPAN: &str = "wait for capacity";
-/// The span of the modelled work.
-pub const WORK_SPAN: &str = "work";
 
 pub struct Capacity {
     slots: Semaphore,
@@ -37,14 +34,14 @@ impl Capacity {
     /// `Overloaded` when no slot came in time.
     pub async fn serve(&self, telemetry: &Telemetry, parent: &Context) -> Result<(), BackendError> {
         let tracer = telemetry.tracer();
-        let span = |name: &'static str| {
+        let start = |name: &'static str| {
             let span = tracer
                 .span_builder(name)
                 .with_kind(SpanKind::Internal)
                 .start_with_context(tracer, parent);
             parent.with_span(span)
         };
-        let queued = span(QUEUE_SPAN);
+        let queued = start(span::OVERLOAD_QUEUE);
         let slot = tokio::time::timeout(OVERLOAD_QUEUE_WAIT, self.slots.acquire()).await;
         let Ok(Ok(_slot)) = slot else {
             queued
@@ -54,7 +51,7 @@ impl Capacity {
             return Err(BackendError::Overloaded);
         };
         queued.span().end();
-        let work = span(WORK_SPAN);
+        let work = start(span::OVERLOAD_WORK);
         tokio::time::sleep(OVERLOAD_WORK).await;
         work.span().end();
         Ok(())

@@ -53,7 +53,7 @@ async fn seeded() -> InProcess {
         .await
         .expect("emulator");
     let client = cosmos(&emulator).connect().await.expect("client");
-    dronelab_study::seed::ensure_containers(&client, DATABASE, 10_000)
+    dronelab_seed::ensure_containers(&client, DATABASE, 10_000)
         .await
         .expect("containers");
     let packages = client

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use dronelab_contract::lab::AuditWrite;
+use dronelab_contract::telemetry::span;
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::Context;
 use service_kit::Telemetry;
@@ -17,8 +18,6 @@ use service_kit::Telemetry;
 /// How long the modelled audit store takes to acknowledge a write.
 pub const AUDIT_WRITE_TIME: Duration = Duration::from_millis(20);
 
-/// The span name of an audit write, blocking or awaited.
-pub const AUDIT_WRITE_SPAN: &str = "audit write";
 
 pub async fn write(mode: AuditWrite, telemetry: &Telemetry, parent: &Context) {
     if mode == AuditWrite::Off {
@@ -26,7 +25,7 @@ pub async fn write(mode: AuditWrite, telemetry: &Telemetry, parent: &Context) {
     }
     let tracer = telemetry.tracer();
     let span = tracer
-        .span_builder(AUDIT_WRITE_SPAN)
+        .span_builder(span::AUDIT_WRITE)
         .with_kind(SpanKind::Client)
         .start_with_context(tracer, parent);
     let cx = parent.with_span(span);

@@ -4,7 +4,7 @@ use azure_data_cosmos::clients::ContainerClient;
 use azure_data_cosmos::feed::FeedRange;
 use azure_data_cosmos::{FeedScope, Query};
 use cosmos_kit::{Operation, OperationCost};
-use dronelab_contract::telemetry::{attribute, operation};
+use dronelab_contract::telemetry::{attribute, operation, span};
 use dronelab_contract::OwnerMonth;
 use futures::{StreamExt, TryStreamExt};
 use opentelemetry::{Context, KeyValue};
@@ -143,7 +143,7 @@ where
         KeyValue::new(attribute::DB_QUERY_TEXT, text),
         KeyValue::new(attribute::COSMOS_QUERY_SCOPE, label),
     ];
-    let name = format!("query {}", state.container_name);
+    let name = span::query(state.container_name);
     let mut span = state.cosmos.span(parent, name, state.query(), attributes);
     let mut answer = A::default();
     let drained: Result<(), azure_data_cosmos::CosmosError> = async {

@@ -38,7 +38,7 @@ async fn seeded() -> InProcess {
     config.partitions = PARTITIONS;
     let emulator = InProcess::start(&config).await.expect("emulator");
     let client = cosmos(&emulator).connect().await.expect("client");
-    dronelab_study::seed::ensure_containers(&client, DATABASE, 100_000)
+    dronelab_seed::ensure_containers(&client, DATABASE, 100_000)
         .await
         .expect("containers");
     let db = client.database_client(DATABASE);

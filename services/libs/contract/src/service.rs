@@ -54,6 +54,10 @@ pub fn loopback_url(addr: SocketAddr) -> url::Url {
         .expect("http with an IP address and a port is a valid URL")
 }
 
+/// The gateway's least limit of calls in flight to one backend: its adaptive limit never
+/// drops below it. Here because the capacity model reads it too.
+pub const GATEWAY_BACKEND_LIMIT_FLOOR: usize = 64;
+
 /// The trace viewer's OTLP receivers (the standard OTLP ports).
 pub const OTLP_GRPC_PORT: u16 = 4317;
 pub const OTLP_HTTP_PORT: u16 = 4318;

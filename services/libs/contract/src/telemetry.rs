@@ -92,6 +92,25 @@ pub mod event {
     pub const COSMOS_CLIENT_CREATED: &str = "cosmos client created";
 }
 
+/// The span names the services write that are not made from a request (every other one
+/// is [`server_span`] or [`cosmos_attempt_span`]).
+pub mod span {
+    /// The gateway's client span of its call to each backend.
+    pub const CALL_DELIVERIES: &str = "GET deliveries";
+    pub const CALL_PACKAGES: &str = "GET packages";
+    pub const CALL_UTILIZATION: &str = "GET utilization";
+    /// utilization-service's audit write (the lab's synchronous I/O), blocking or awaited.
+    pub const AUDIT_WRITE: &str = "audit write";
+    /// An overloaded backend's wait in line, and its modelled work (the lab's retry storm).
+    pub const OVERLOAD_QUEUE: &str = "wait for capacity";
+    pub const OVERLOAD_WORK: &str = "work";
+
+    /// utilization-service's query of one container (one span per feed range).
+    pub fn query(container: &str) -> String {
+        format!("query {container}")
+    }
+}
+
 /// The name of a Cosmos attempt's client span: `<operation> <container>`.
 pub fn cosmos_attempt_span(operation: &str, container: &str) -> String {
     format!("{operation} {container}")

@@ -1,5 +1,8 @@
-//! `loadtest seed`: create the database and containers through the SDK and upsert the
-//! data set with bounded concurrency. Works the same against Azure Cosmos DB.
+//! `dronelab-seed`: the study's data set written into Cosmos DB (`loadtest seed`, the
+//! tuning run, the whole-system tests): the database and containers created through the
+//! SDK, the data set upserted with bounded concurrency. Works the same against Azure
+//! Cosmos DB. It lives apart from `dronelab-study`, which describes the data set, so
+//! that the study, the report and the Kubernetes objects link no Cosmos SDK.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use dronelab_contract::Container;
 
-use crate::data::DataSet;
+use dronelab_study::data::{self, DataSet};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SeedArgs {
@@ -23,13 +26,13 @@ pub struct SeedArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Drone-delivery owners (1 to 1,000,000).
-    #[arg(long, default_value_t = 1000, value_parser = crate::data::owners)]
+    #[arg(long, default_value_t = 1000, value_parser = data::owners)]
     pub owners: usize,
     /// Months of data per owner, counting back from December 2026 (1 to 300).
-    #[arg(long, default_value_t = 12, value_parser = crate::data::months)]
+    #[arg(long, default_value_t = 12, value_parser = data::months)]
     pub months: usize,
     /// Drones per owner: utilization records per owner-month (1 to 100).
-    #[arg(long, default_value_t = 2, value_parser = crate::data::drones)]
+    #[arg(long, default_value_t = 2, value_parser = data::drones)]
     pub drones_per_owner: usize,
     /// RU/s of each container when it is created (the tuning run sets stage values later).
     #[arg(long, default_value_t = 10_000)]
