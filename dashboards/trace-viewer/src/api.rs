@@ -298,14 +298,14 @@ pub fn parse_trace_query(
             "end" => query.start_max_ns = Some(micros_param("end", value)? * 1_000),
             "minDuration" => {
                 query.min_duration_ns =
-                    Some(go_duration_ns(value).map_err(|e| invalid("minDuration", e))?)
+                    Some(go_duration_ns(value).map_err(|e| invalid("minDuration", e.to_string()))?)
             }
             "maxDuration" => {
                 query.max_duration_ns =
-                    Some(go_duration_ns(value).map_err(|e| invalid("maxDuration", e))?)
+                    Some(go_duration_ns(value).map_err(|e| invalid("maxDuration", e.to_string()))?)
             }
             "lookback" if value != "custom" => {
-                lookback = Some(duration_ns(value).map_err(|e| invalid("lookback", e))?)
+                lookback = Some(duration_ns(value).map_err(|e| invalid("lookback", e.to_string()))?)
             }
             _ => {}
         }
@@ -323,21 +323,28 @@ pub fn parse_trace_query(
     Ok(query)
 }
 
+/// A duration parameter that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a Go duration (units ns, us, ms, s, m, h; no days)")]
+    Days(String),
+    #[error("{0:?} is not a duration like 100ms, 1.5s or 2h")]
+    Malformed(String),
+}
+
 /// A Go duration as Jaeger's `minDuration`/`maxDuration` take it (`time.ParseDuration`:
 /// ns, us or µs, ms, s, m, h — no days).
-pub fn go_duration_ns(text: &str) -> Result<u64, String> {
+pub fn go_duration_ns(text: &str) -> Result<u64, DurationError> {
     if text.contains('d') {
-        return Err(format!(
-            "{text:?} is not a Go duration (units ns, us, ms, s, m, h; no days)"
-        ));
+        return Err(DurationError::Days(text.to_owned()));
     }
     duration_ns(text)
 }
 
 /// Go-style durations: `250ms`, `1.5s`, `1h30m`, `500us`, and `d` for days (the
 /// viewer's `lookback`).
-pub fn duration_ns(text: &str) -> Result<u64, String> {
-    let bad = || format!("{text:?} is not a duration like 100ms, 1.5s or 2h");
+pub fn duration_ns(text: &str) -> Result<u64, DurationError> {
+    let bad = || DurationError::Malformed(text.to_owned());
     let mut rest = text;
     let mut total = 0f64;
     if rest.is_empty() {

@@ -368,6 +368,13 @@ async fn check_trace_links(report: &Report, viewer: &url::Url) -> Result<usize, 
             if !page.status().is_success() {
                 return Err(format!("{link}: {}", page.status()));
             }
+            if *kind == "critical path" {
+                check_stage_page(&http, link)
+                    .await
+                    .map_err(|e| format!("{name}: {e}"))?;
+                checked += 1;
+                continue;
+            }
             let id = link.rsplit('/').next().unwrap_or_default();
             let api = viewer
                 .join(&format!("api/traces/{id}"))
@@ -388,6 +395,27 @@ async fn check_trace_links(report: &Report, viewer: &url::Url) -> Result<usize, 
         }
     }
     Ok(checked)
+}
+
+/// The stage page's link asks the viewer's stage analysis the same question: it must
+/// find the stage's requests.
+async fn check_stage_page(http: &reqwest::Client, link: &str) -> Result<(), String> {
+    let api = link.replacen("/stage?", "/api/analysis/critical-path?", 1);
+    let answer: serde_json::Value = http
+        .get(&api)
+        .send()
+        .await
+        .map_err(|e| format!("{api}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("{api}: {e}"))?;
+    let requests = answer["data"]["window"]["requests"].as_u64().unwrap_or(0);
+    if requests == 0 {
+        return Err(format!(
+            "{api}: the stage analysis found no requests: {answer}"
+        ));
+    }
+    Ok(())
 }
 
 fn check_trace(trace: &Envelope<Vec<Trace>>) -> Result<(), String> {

@@ -14,8 +14,8 @@ use cosmos_kit::CosmosArgs;
 use dronelab_contract::{
     Container, DeliverySummary, Invoice, PackageSummary, QueryKnobs, Utilization, DATABASE,
 };
-use dronelab_study::DataSet;
 use dronelab_seed::SeedArgs;
+use dronelab_study::DataSet;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 pub use service_kit::Telemetry;
 use summary_backend::{Summary, SummaryArgs, SummaryState};
@@ -132,9 +132,7 @@ impl TestStack {
             throughput: 100_000,
             concurrency: 16,
         };
-        dronelab_seed::seed(&args, false)
-            .await
-            .expect("seeded");
+        dronelab_seed::seed(&args, false).await.expect("seeded");
     }
 
     pub fn cosmos_args(&self) -> CosmosArgs {

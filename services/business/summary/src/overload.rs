@@ -16,7 +16,6 @@ use tokio::sync::Semaphore;
 
 use cosmos_kit::BackendError;
 
-
 pub struct Capacity {
     slots: Semaphore,
 }

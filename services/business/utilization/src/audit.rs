@@ -18,7 +18,6 @@ use service_kit::Telemetry;
 /// How long the modelled audit store takes to acknowledge a write.
 pub const AUDIT_WRITE_TIME: Duration = Duration::from_millis(20);
 
-
 pub async fn write(mode: AuditWrite, telemetry: &Telemetry, parent: &Context) {
     if mode == AuditWrite::Off {
         return;
