@@ -116,6 +116,15 @@ fn read_window(store: &Store, (start_us, end_us): (u64, u64)) -> Window {
     )
 }
 
+/// Runs a window's reading — CPU work over shared traces — off the async workers.
+async fn off_the_workers<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiProblem> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiProblem::Internal(format!("the analysis stopped: {e}")))
+}
+
 fn is_error(span: &StoredSpan) -> bool {
     span.status == StatusCode::Error
         || matches!(
@@ -124,8 +133,8 @@ fn is_error(span: &StoredSpan) -> bool {
         )
 }
 
-/// A trace's spans for the path algorithm (µs) and each one's parent service, reusing
-/// `index` between traces.
+/// A trace's spans for the path algorithm (µs), parents as indices; `index` is reused
+/// between traces.
 fn path_of(trace: &store::Trace, index: &mut HashMap<store::SpanId, usize>) -> Vec<PathSpan> {
     index.clear();
     index.extend(trace.spans.iter().enumerate().map(|(i, s)| (s.span_id, i)));
@@ -305,8 +314,7 @@ async fn stage_critical_path(
         (None, Some(_)) => return Err(invalid("compareStart", "required with compareEnd")),
         (Some(_), None) => return Err(invalid("compareEnd", "required with compareStart")),
     };
-    // The reading is CPU work over shared traces: off the async workers.
-    let answer = tokio::task::spawn_blocking(move || {
+    let answer = off_the_workers(move || {
         let op = operation.as_deref();
         StageAnswer {
             window: breakdown(&store, window, &service, op),
@@ -315,8 +323,7 @@ async fn stage_critical_path(
             operation,
         }
     })
-    .await
-    .map_err(|e| ApiProblem::Internal(format!("the analysis stopped: {e}")))?;
+    .await?;
     Ok(Json(Envelope::new(answer, 1)))
 }
 
@@ -356,7 +363,7 @@ async fn operations(
     let service = param(&params, "service").map(str::to_owned);
     let kind = parse_kind(param(&params, "spanKind").unwrap_or("server"))?;
     let window = window_param(&params, "start", "end")?;
-    let rows = tokio::task::spawn_blocking(move || {
+    let rows = off_the_workers(move || {
         operation_rates(
             &read_window(&store, window),
             service.as_deref(),
@@ -364,8 +371,7 @@ async fn operations(
             window,
         )
     })
-    .await
-    .map_err(|e| ApiProblem::Internal(format!("the analysis stopped: {e}")))?;
+    .await?;
     let total = rows.len();
     Ok(Json(Envelope::new(rows, total)))
 }

@@ -379,14 +379,7 @@ async fn check_trace_links(report: &Report, viewer: &url::Url) -> Result<usize, 
             let api = viewer
                 .join(&format!("api/traces/{id}"))
                 .map_err(|e| e.to_string())?;
-            let trace: Envelope<Vec<Trace>> = http
-                .get(api.clone())
-                .send()
-                .await
-                .map_err(|e| format!("{api}: {e}"))?
-                .json()
-                .await
-                .map_err(|e| format!("{api}: {e}"))?;
+            let trace: Envelope<Vec<Trace>> = get_json(&http, api.as_str()).await?;
             check_trace(&trace).map_err(|e| format!("{name} {kind} trace {id}: {e}"))?;
             checked += 1;
         }
@@ -397,18 +390,25 @@ async fn check_trace_links(report: &Report, viewer: &url::Url) -> Result<usize, 
     Ok(checked)
 }
 
+async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<T, String> {
+    let fail = |e: reqwest::Error| format!("{url}: {e}");
+    http.get(url)
+        .send()
+        .await
+        .map_err(fail)?
+        .json()
+        .await
+        .map_err(fail)
+}
+
 /// The stage page's link asks the viewer's stage analysis the same question: it must
 /// find the stage's requests.
 async fn check_stage_page(http: &reqwest::Client, link: &str) -> Result<(), String> {
     let api = link.replacen("/stage?", "/api/analysis/critical-path?", 1);
-    let answer: serde_json::Value = http
-        .get(&api)
-        .send()
-        .await
-        .map_err(|e| format!("{api}: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("{api}: {e}"))?;
+    let answer: serde_json::Value = get_json(http, &api).await?;
     let requests = answer["data"]["window"]["requests"].as_u64().unwrap_or(0);
     if requests == 0 {
         return Err(format!(

@@ -197,10 +197,11 @@ function selectSpan(row, trace, span) {
 
 function showStatistics(rows) {
   const sorted = [...rows].sort((a, b) => b.selfUs - a.selfUs);
+  const allSelf = Math.max(sorted.reduce((sum, r) => sum + r.selfUs, 0), 1);
   $("statistics").replaceChildren(table("statistics",
     ["Service", "Operation", "Count", "Total", "Self", "Self share", "Overlap"],
     sorted.map((r) => [r.service, r.operation, String(r.count), ms(r.totalUs), ms(r.selfUs),
-      pct(r.selfUs / Math.max(sorted.reduce((a, x) => a + x.selfUs, 0), 1)),
+      pct(r.selfUs / allSelf),
       pct(r.totalUs ? 1 - r.wallUs / r.totalUs : 0)]),
     () => "stats-row"));
 }
